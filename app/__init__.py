@@ -1,0 +1,1 @@
+"""fraudstream: real-time card-fraud scoring on Kafka."""

@@ -1,0 +1,1 @@
+"""Command-line interface: the `fraudstream` command."""

@@ -1,0 +1,49 @@
+"""`fraudstream action-service`: run the idempotent action service until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from app.settings import load_settings
+
+logger = logging.getLogger(__name__)
+
+
+@click.command("action-service")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Listen port [default: FRAUDSTREAM_ACTION_SERVICE_PORT].",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listen address.")
+@click.option(
+    "--shutdown-timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds in-flight requests get to finish after SIGTERM.",
+)
+def action_service(port: int | None, host: str, shutdown_timeout: float) -> None:
+    """Serve POST /v1/actions and friends; Redis from REDIS_URL or the local stack."""
+    from aiohttp import web
+
+    from app.action_service.app import create_app
+
+    settings = load_settings()
+    if port is not None:
+        settings = settings.replace(action_service_port=port)
+    logger.info("action service listening host=%s port=%d", host, settings.action_service_port)
+    # run_app turns SIGTERM/SIGINT into a graceful stop: stop accepting, let in-flight
+    # requests finish (up to shutdown_timeout), then run cleanup_ctx (closes Redis).
+    web.run_app(
+        create_app(settings),
+        host=host,
+        port=settings.action_service_port,
+        shutdown_timeout=shutdown_timeout,
+        access_log=None,
+        print=None,
+        handle_signals=True,
+    )

@@ -1,0 +1,209 @@
+"""The one place the environment is read: a frozen Settings object built at the entry point."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+StoreKind = Literal["memory", "rocksdb"]
+AppendFsync = Literal["always", "everysec", "no"]
+
+
+def _env(name: str, doc: str, default: Any) -> Any:
+    """Declare a settings field read from environment variable `name`, documented by `doc`."""
+    return field(default=default, metadata={"env": name, "doc": doc})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every tunable of fraudstream, each read from one environment variable."""
+
+    # --- services -----------------------------------------------------------------------
+    kafka_bootstrap: str | None = _env(
+        "KAFKA_BOOTSTRAP",
+        "host:port of an existing Kafka cluster; when set, `stack up` starts no Kafka.",
+        None,
+    )
+    redis_url: str | None = _env(
+        "REDIS_URL",
+        "redis:// URL of an existing Redis; when set, `stack up` starts no Redis.",
+        None,
+    )
+    state_dir: Path = _env(
+        "FRAUDSTREAM_STATE_DIR",
+        "Project-local directory for service data, logs and pid files (git-ignored).",
+        Path(".fraudstream"),
+    )
+    jar_cache: Path = _env(
+        "FRAUDSTREAM_JAR_CACHE",
+        "Where Kafka's jars are copied from Maven Central (outside the repo).",
+        Path.home() / ".cache" / "fraudstream" / "kafka-jars",
+    )
+    kafka_port: int = _env("FRAUDSTREAM_KAFKA_PORT", "Local Kafka broker port.", 19092)
+    kafka_controller_port: int = _env(
+        "FRAUDSTREAM_KAFKA_CONTROLLER_PORT", "Local KRaft controller port.", 19093
+    )
+    kafka_heap: str = _env("FRAUDSTREAM_KAFKA_HEAP", "JVM heap for the local broker.", "512m")
+    redis_port: int = _env("FRAUDSTREAM_REDIS_PORT", "Local Redis port.", 16379)
+    redis_appendfsync: AppendFsync = _env(
+        "FRAUDSTREAM_REDIS_APPENDFSYNC", "Redis AOF fsync policy: always|everysec|no.", "always"
+    )
+    topic_partitions: int = _env(
+        "FRAUDSTREAM_PARTITIONS", "Partitions of every fraudstream topic.", 8
+    )
+    topic_replication: int = _env(
+        "FRAUDSTREAM_REPLICATION", "Replication factor of every fraudstream topic.", 1
+    )
+    topic_prefix: str = _env(
+        "FRAUDSTREAM_TOPIC_PREFIX",
+        "Prefix for every topic name (lets tests run on fresh topics).",
+        "",
+    )
+
+    # --- worker -------------------------------------------------------------------------
+    app_id: str = _env(
+        "FRAUDSTREAM_APP_ID", "Faust app id: consumer group and changelog prefix.", "fraudstream"
+    )
+    web_port: int = _env("FRAUDSTREAM_WEB_PORT", "Worker web port (metrics, control).", 6066)
+    store: StoreKind = _env(
+        "FRAUDSTREAM_STORE", "Faust table store for card state: memory|rocksdb.", "memory"
+    )
+    max_message_bytes: int = _env(
+        "FRAUDSTREAM_MAX_MESSAGE_BYTES",
+        "Transactions larger than this are rejected to the DLQ.",
+        8192,
+    )
+    allowed_lateness_ms: int = _env(
+        "FRAUDSTREAM_ALLOWED_LATENESS_MS",
+        "Events older than the card's max_ts minus this go to transactions.late.",
+        300_000,
+    )
+    max_batch: int = _env("FRAUDSTREAM_MAX_BATCH", "Largest scoring micro-batch.", 64)
+    max_wait_s: float = _env(
+        "FRAUDSTREAM_MAX_WAIT_S", "Longest wait to fill a scoring micro-batch (seconds).", 0.05
+    )
+
+    # --- scoring and actions -------------------------------------------------------------
+    model_dir: Path = _env("FRAUDSTREAM_MODEL_DIR", "Directory of ONNX models and cards.", Path("models"))
+    action_service_url: str = _env(
+        "FRAUDSTREAM_ACTION_SERVICE_URL",
+        "Base URL the dispatcher POSTs actions to.",
+        "http://127.0.0.1:8088",
+    )
+    action_service_port: int = _env(
+        "FRAUDSTREAM_ACTION_SERVICE_PORT", "Port the action service listens on.", 8088
+    )
+    action_token: str = _env(
+        "FRAUDSTREAM_ACTION_TOKEN",
+        "Bearer token shared by the dispatcher and the action service (never logged).",
+        "dev-token-change-me",
+    )
+    idempotency_ttl_s: int = _env(
+        "FRAUDSTREAM_IDEMPOTENCY_TTL_S", "How long idempotency keys live in Redis.", 86_400
+    )
+    idempotency_margin_s: int = _env(
+        "FRAUDSTREAM_IDEMPOTENCY_MARGIN_S",
+        "Actions decided more than TTL minus this ago are refused with 410.",
+        3_600,
+    )
+    dispatch_concurrency: int = _env(
+        "FRAUDSTREAM_DISPATCH_CONCURRENCY", "Concurrent POSTs per dispatcher.", 16
+    )
+    dispatch_backoff_base_s: float = _env(
+        "FRAUDSTREAM_DISPATCH_BACKOFF_BASE_S",
+        "Dispatcher retry backoff: first ceiling (seconds); full jitter, doubling per attempt.",
+        0.05,
+    )
+    dispatch_backoff_cap_s: float = _env(
+        "FRAUDSTREAM_DISPATCH_BACKOFF_CAP_S", "Dispatcher retry backoff: largest wait (seconds).", 5.0
+    )
+    dispatch_request_timeout_s: float = _env(
+        "FRAUDSTREAM_DISPATCH_REQUEST_TIMEOUT_S",
+        "Dispatcher: timeout of one POST attempt (seconds); a timed-out attempt is retried.",
+        10.0,
+    )
+    action_redis_timeout_s: float = _env(
+        "FRAUDSTREAM_ACTION_REDIS_TIMEOUT_S",
+        "Action service: Redis connect/command timeout (seconds); past it the answer is 503.",
+        2.0,
+    )
+    action_alerts_per_card: int = _env(
+        "FRAUDSTREAM_ACTION_ALERTS_PER_CARD",
+        "Action service: newest alerts kept per card for GET /v1/cards/{card_id}.",
+        100,
+    )
+
+    @property
+    def local_kafka_bootstrap(self) -> str:
+        """Bootstrap address of the locally managed broker."""
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def local_redis_url(self) -> str:
+        """URL of the locally managed Redis."""
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def effective_kafka_bootstrap(self) -> str:
+        """The external cluster when KAFKA_BOOTSTRAP is set, else the local broker."""
+        return self.kafka_bootstrap or self.local_kafka_bootstrap
+
+    @property
+    def effective_redis_url(self) -> str:
+        """The external Redis when REDIS_URL is set, else the local one."""
+        return self.redis_url or self.local_redis_url
+
+    def topic(self, name: str) -> str:
+        """Full topic name for a logical topic (see app.stream.topics)."""
+        return f"{self.topic_prefix}{name}"
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (tests, CLI overrides)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _coerce(raw: str, f: dataclasses.Field[Any]) -> Any:
+    kind = f.type if not isinstance(f.type, str) else f.type
+    name = f.metadata["env"]
+    text = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    try:
+        if "Path" in text:
+            return Path(raw).expanduser()
+        if text == "int":
+            return int(raw)
+        if text == "float":
+            return float(raw)
+        if text in ("StoreKind", "AppendFsync"):
+            allowed = get_args({"StoreKind": StoreKind, "AppendFsync": AppendFsync}[text])
+            if raw not in allowed:
+                raise ValueError(f"must be one of {', '.join(allowed)}")
+            return raw
+        return raw or None if "None" in text else raw
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name}={raw!r}: {exc}") from None
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build Settings from `environ` (default: os.environ), then apply keyword overrides."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        raw = env.get(f.metadata["env"])
+        if raw is not None and raw != "":
+            values[f.name] = _coerce(raw, f)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings(**values)
+
+
+def describe_settings() -> list[tuple[str, str, str]]:
+    """(variable, default, doc) for every setting: used by `--help` and the README."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        default = f.default
+        shown = "" if default is None else str(default)
+        rows.append((f.metadata["env"], shown, f.metadata["doc"]))
+    return rows

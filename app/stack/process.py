@@ -1,0 +1,115 @@
+"""A local service process started in its own session and tracked by a pid file."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedProcess:
+    """One service process: its pid file, its log, and a marker proving a pid is really ours.
+
+    The markers are strings of which one appears in the process's command line (its config file
+    path, or the title a server gives itself): a pid file left over from a crashed run whose pid
+    was reused by another program is never signalled, because that program's command line lacks
+    them.
+    """
+
+    name: str
+    pid_file: Path
+    log_file: Path
+    markers: tuple[str, ...]
+
+    def pid(self) -> int | None:
+        """The pid of our running process, or None (stale pid files are removed)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        if _cmdline_contains(pid, self.markers) and not _is_zombie(pid):
+            return pid
+        with contextlib.suppress(FileNotFoundError):
+            self.pid_file.unlink()
+        return None
+
+    def start(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> int:
+        """Start `argv` detached (own session) with output appended to the log; record its pid."""
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(  # noqa: S603 - argv is built by us, not from input
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+        self.pid_file.write_text(f"{proc.pid}\n")
+        log.info("started %s pid=%d", self.name, proc.pid)
+        return proc.pid
+
+    def exited(self) -> bool:
+        """True when the process we recorded is gone (it died or was never started)."""
+        return self.pid() is None
+
+    def stop(self, *, timeout_s: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> bool:
+        """Signal our process (by pid only), wait for it to exit, SIGKILL after the timeout."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        os.kill(pid, sig)
+        if not _wait_gone(pid, timeout_s):
+            log.warning("%s pid=%d ignored %s for %.0fs; killing", self.name, pid, sig.name, timeout_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, 10.0)
+        with contextlib.suppress(FileNotFoundError):
+            self.pid_file.unlink()
+        return True
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the service's log, for error messages."""
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log yet)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _cmdline_contains(pid: int, markers: tuple[str, ...]) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    return any(m.encode() in raw for m in markers)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    # The state letter follows the parenthesised command name.
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap if it is our child
+        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            return True
+        time.sleep(0.1)
+    return False

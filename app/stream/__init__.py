@@ -1,0 +1,1 @@
+"""The Faust app: topics, tables and agents."""

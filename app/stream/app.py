@@ -1,0 +1,146 @@
+"""The Faust app factory: topics, the card_state table and the score agent, wired from Settings."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from faust.types import EventT
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.settings import Settings
+from app.stream import metrics, topics
+from app.stream.pipeline import Scored, TransactionPipeline, served_record
+from app.stream.records import OutRecord, SourceMessage
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _as_current_event(event: EventT) -> Iterator[None]:
+    """Make `event` Faust's current event while its card's state is written.
+
+    Faust picks a table write's changelog partition (and the RocksDB partition) from the
+    current event. Inside `take_events` batches the context holds whichever event was buffered
+    last, so each write names its own source event; otherwise state could land in another
+    card's partition and be lost when partitions move between workers.
+    """
+    from faust.streams import _current_event  # private, but it is what Stream itself sets
+
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+class TableCardStore:
+    """CardStore over a Faust table keyed by card_id bytes, values the state's bytes."""
+
+    def __init__(self, table: faust.Table, events: dict[tuple[int, int], EventT]) -> None:
+        self.table = table
+        self.events = events
+
+    def load(self, card_id: str) -> bytes | None:
+        return self.table.get(card_id.encode())
+
+    def save(self, card_id: str, data: bytes, source: SourceMessage) -> None:
+        with _as_current_event(self.events[(source.partition, source.offset)]):
+            self.table[card_id.encode()] = data
+
+
+@dataclass
+class FraudApp:
+    """The Faust app and the topics/table it owns."""
+
+    app: faust.App
+    settings: Settings
+    out_topics: dict[str, faust.TopicT]
+    card_state: faust.Table
+
+    async def send(self, records: Sequence[OutRecord]) -> None:
+        """Hand records to the producer; Faust flushes it before committing source offsets."""
+        for rec in records:
+            await self.out_topics[rec.topic].send(
+                key=rec.key, value=rec.value, headers=list(rec.headers) or None
+            )
+
+
+def _raw_topic(app: faust.App, name: str, settings: Settings) -> faust.TopicT:
+    return app.topic(
+        name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+        partitions=settings.topic_partitions, replicas=settings.topic_replication,
+    )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    web_port: int | None = None,
+    clock_ms: Callable[[], int] | None = None,
+    on_scored: Callable[[FraudApp, list[Scored]], Any] | None = None,
+) -> FraudApp:
+    """Build the Faust app. Nothing connects until a worker starts it."""
+    port = web_port or settings.web_port
+    datadir = settings.state_dir.resolve() / f"worker-{port}"
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.effective_kafka_bootstrap}",
+        store="rocksdb://" if settings.store == "rocksdb" else "memory://",
+        datadir=str(datadir),
+        topic_partitions=settings.topic_partitions,
+        topic_replication_factor=settings.topic_replication,
+        key_serializer="raw",
+        value_serializer="raw",
+        web_enabled=True,
+        web_bind="127.0.0.1",
+        web_port=port,
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_every=1000,
+        broker_commit_interval=1.0,
+        autodiscover=False,
+        topic_allow_declare=True,
+    )
+    out_topics = {name: _raw_topic(app, settings.topic(name), settings)
+                  for name in topics.PIPELINE_TOPICS if name != topics.TRANSACTIONS}
+    source = _raw_topic(app, settings.topic(topics.TRANSACTIONS), settings)
+    card_state = app.Table(
+        "card_state", default=None, partitions=settings.topic_partitions,
+        key_type=bytes, value_type=bytes,  # bytes → Faust's "raw" codec for both
+    )
+    fraud = FraudApp(app, settings, out_topics, card_state)
+    clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
+
+    @app.agent(source, name="score")
+    async def score(stream: faust.StreamT) -> None:  # pragma: no cover - exercised end to end
+        async for events in stream.take_events(settings.max_batch, within=settings.max_wait_s):
+            metrics.BATCH_SIZE.observe(len(events))
+            by_pos = {(e.message.partition, e.message.offset): e for e in events}
+            pipeline = TransactionPipeline(
+                TableCardStore(card_state, by_pos), clock_ms=clock,
+                allowed_lateness_ms=settings.allowed_lateness_ms,
+                max_message_bytes=settings.max_message_bytes,
+            )
+            batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
+                                   e.message.key, e.message.value) for e in events]
+            outcome = pipeline.process(batch)
+            await fraud.send(outcome.records)
+            if on_scored is not None:
+                await on_scored(fraud, outcome.scored)
+            else:
+                await fraud.send([served_record(s, score=None, model_version=None)
+                                  for s in outcome.scored])
+            metrics.SCORED.inc(len(outcome.scored))
+
+    @app.page("/metrics")
+    async def prometheus_metrics(web: Any, request: Any) -> Any:
+        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+
+    return fraud

@@ -1,0 +1,130 @@
+"""Reading what the pipeline wrote: topic sizes, whole topics up to their end, consumer lag."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from app.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One consumed message, with its headers decoded."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, str]
+
+
+def _admin(settings: Settings):  # noqa: ANN202 - aiokafka types are untyped
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    return AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap)
+
+
+async def _end_offsets(consumer: object, topic: str) -> dict[object, int]:
+    from aiokafka import TopicPartition
+
+    parts = consumer.partitions_for_topic(topic) or set()  # type: ignore[attr-defined]
+    tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    if not tps:
+        return {}
+    return await consumer.end_offsets(tps)  # type: ignore[attr-defined]
+
+
+async def topic_sizes(settings: Settings, names: Iterable[str]) -> dict[str, int]:
+    """Messages ever written to each topic (sum of partition end offsets)."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public equivalent
+        out = {}
+        for name in names:
+            out[name] = sum((await _end_offsets(consumer, name)).values())
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def read_topic(settings: Settings, topic: str, *, timeout_s: float = 60.0) -> list[Record]:
+    """Every message of `topic` from the beginning up to its end offsets at call time."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                max_partition_fetch_bytes=4 * 1024 * 1024)
+    await consumer.start()
+    records: list[Record] = []
+    try:
+        await consumer._client.force_metadata_update()  # noqa: SLF001
+        ends = {tp: off for tp, off in (await _end_offsets(consumer, topic)).items() if off > 0}
+        if not ends:
+            return records
+        consumer.assign(list(ends))
+        await consumer.seek_to_beginning(*ends)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        remaining = dict(ends)
+        while remaining:
+            if loop.time() > deadline:
+                raise TimeoutError(f"reading {topic}: {len(remaining)} partitions not at end")
+            batch = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            for tp, msgs in batch.items():
+                for m in msgs:
+                    if m.offset < ends[tp]:
+                        records.append(Record(m.topic, m.partition, m.offset, m.key, m.value,
+                                              {k: v.decode("utf-8", "replace")
+                                               for k, v in (m.headers or ())}))
+                if tp in remaining and msgs and msgs[-1].offset + 1 >= ends[tp]:
+                    del remaining[tp]
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def group_lag(settings: Settings, group: str, topic: str) -> int:
+    """Messages of `topic` not yet committed by consumer group `group` (uncommitted = all)."""
+    from aiokafka import AIOKafkaConsumer
+
+    admin = _admin(settings)
+    await admin.start()
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()  # noqa: SLF001
+        ends = await _end_offsets(consumer, topic)
+        committed = await _committed_offsets(admin, group)
+        lag = 0
+        for tp, end in ends.items():
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag += max(0, end - done)
+        return lag
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def _committed_offsets(admin: object, group: str, timeout_s: float = 30.0) -> dict:
+    """The group's committed offsets; retried while the group coordinator is still loading
+    (the offsets topic is created on the first coordinator lookup of a fresh cluster)."""
+    from aiokafka.errors import GroupCoordinatorNotAvailableError, NotCoordinatorError
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            return await admin.list_consumer_group_offsets(group)  # type: ignore[attr-defined]
+        except (GroupCoordinatorNotAvailableError, NotCoordinatorError):
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.5)  # poll with a deadline

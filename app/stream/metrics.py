@@ -1,0 +1,31 @@
+"""Prometheus metrics of the worker (exposed on the worker's web port at /metrics)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import Counter, Gauge, Histogram
+
+DLQ_MESSAGES: Final = Counter(
+    "fraudstream_dlq_messages_total",
+    "Transactions rejected to transactions.dlq, by reason code and field.",
+    ["reason", "field"],
+)
+LATE_MESSAGES: Final = Counter(
+    "fraudstream_late_messages_total", "Transactions routed to transactions.late."
+)
+REDELIVERED: Final = Counter(
+    "fraudstream_redelivered_total",
+    "Transactions already folded into state, re-scored with their first features.",
+)
+SCORED: Final = Counter("fraudstream_scored_total", "Transactions scored.")
+ACTIONS_EMITTED: Final = Counter(
+    "fraudstream_actions_emitted_total", "Actions produced to the actions topic.", ["type"]
+)
+BATCH_SIZE: Final = Histogram(
+    "fraudstream_batch_size", "Micro-batch sizes.", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+)
+SCORER_PROVIDER: Final = Gauge(
+    "fraudstream_scorer_provider_info", "Execution provider of the active model (1 = active).",
+    ["provider", "model_version"],
+)

@@ -1,0 +1,77 @@
+"""The pipeline's Kafka topics: their logical names and idempotent creation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TRANSACTIONS: Final = "transactions"
+TRANSACTIONS_DLQ: Final = "transactions.dlq"
+TRANSACTIONS_LATE: Final = "transactions.late"
+FEATURES_SERVED: Final = "features.served"
+ACTIONS: Final = "actions"
+ACTIONS_DLQ: Final = "actions.dlq"
+
+#: Every topic the pipeline reads or writes; all are keyed by card_id.
+PIPELINE_TOPICS: Final = (
+    TRANSACTIONS, TRANSACTIONS_DLQ, TRANSACTIONS_LATE, FEATURES_SERVED, ACTIONS, ACTIONS_DLQ,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlan:
+    """What `ensure_topics` did: topics created and topics that already existed."""
+
+    created: tuple[str, ...]
+    existing: tuple[str, ...]
+
+
+async def ensure_topics(settings: Settings, *, timeout_s: float = 30.0) -> TopicPlan:
+    """Create every pipeline topic with explicit partitions and replication (idempotent).
+
+    An existing topic with a different partition count is reported, not altered: changing it
+    would move cards between partitions and break per-card ordering and state.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    names = [settings.topic(t) for t in PIPELINE_TOPICS]
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000))
+    await asyncio.wait_for(admin.start(), timeout_s)
+    try:
+        present = set(await admin.list_topics())
+        missing = [n for n in names if n not in present]
+        if missing:
+            await admin.create_topics(
+                [NewTopic(n, settings.topic_partitions, settings.topic_replication) for n in missing],
+                timeout_ms=int(timeout_s * 1000),
+            )
+            await _wait_visible(admin, missing, timeout_s)
+        existing = [n for n in names if n in present]
+        if existing:
+            described = await admin.describe_topics(existing)
+            for topic in described:
+                count = len(topic["partitions"])
+                if count != settings.topic_partitions:
+                    log.warning("topic %s has %d partitions, settings say %d; left as is",
+                                topic["topic"], count, settings.topic_partitions)
+        return TopicPlan(tuple(missing), tuple(existing))
+    finally:
+        await admin.close()
+
+
+async def _wait_visible(admin: object, names: list[str], timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        present = set(await admin.list_topics())  # type: ignore[attr-defined]
+        if all(n in present for n in names):
+            return
+        await asyncio.sleep(0.2)  # poll with a deadline
+    raise TimeoutError(f"topics not visible after {timeout_s:.0f}s: {names}")

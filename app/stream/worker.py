@@ -1,0 +1,15 @@
+"""Running a worker process: build the app from Settings and hand it to Faust's Worker."""
+
+from __future__ import annotations
+
+import faust
+
+from app.settings import Settings
+from app.stream.app import create_app
+
+
+def run_worker(settings: Settings, *, web_port: int | None = None, loglevel: str = "WARNING") -> None:
+    """Block running one worker until SIGTERM/SIGINT (Faust stops cleanly and commits)."""
+    fraud = create_app(settings, web_port=web_port)
+    worker = faust.Worker(fraud.app, loglevel=loglevel)
+    worker.execute_from_commandline()

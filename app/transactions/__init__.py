@@ -1,0 +1,1 @@
+"""Transaction contract: schema, validation and log files."""

@@ -1,0 +1,180 @@
+"""The transaction contract: the Transaction record and the pure validator that enforces it."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Final, Literal
+
+import orjson
+
+Channel = Literal["pos", "ecom", "atm"]
+CHANNELS: Final = frozenset(("pos", "ecom", "atm"))
+
+#: 2000-01-01T00:00:00Z in ms since epoch: the earliest event time accepted.
+MIN_TS_MS: Final = 946_684_800_000
+#: Event times may be at most this far ahead of the validator's clock.
+MAX_FUTURE_MS: Final = 86_400_000
+MAX_AMOUNT_MINOR: Final = 10**12
+DEFAULT_MAX_BYTES: Final = 8192
+
+_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+_CURRENCY_RE: Final = re.compile(r"[A-Z]{3}")
+_COUNTRY_RE: Final = re.compile(r"[A-Z]{2}")
+
+#: Reason codes used in DLQ headers and as the metric label; stable, low cardinality.
+ReasonCode = Literal[
+    "too_large",
+    "invalid_utf8",
+    "invalid_json",
+    "not_object",
+    "missing_field",
+    "unknown_field",
+    "wrong_type",
+    "out_of_range",
+    "bad_format",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """One card transaction as the contract in design.md defines it."""
+
+    txn_id: str
+    card_id: str
+    ts_ms: int
+    amount_minor: int
+    currency: str
+    merchant_id: str
+    mcc: int
+    country: str
+    channel: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict in field order (JSON-ready)."""
+        return asdict(self)
+
+    def to_json(self) -> bytes:
+        """Canonical JSON bytes of this transaction."""
+        return orjson.dumps(self.to_dict())
+
+
+FIELDS: Final = tuple(Transaction.__dataclass_fields__)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a message broke the contract: a stable code, the field (if any) and a readable reason."""
+
+    code: ReasonCode
+    field: str | None
+    reason: str
+
+
+class ContractError(ValueError):
+    """Raised by `parse_transaction` when a message breaks the contract."""
+
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(rejection.reason)
+        self.rejection = rejection
+
+
+def _reject(code: ReasonCode, field: str | None, reason: str) -> ContractError:
+    return ContractError(Rejection(code, field, reason))
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass in Python; JSON true/false is never a number here.
+    return type(value) is int
+
+
+def _check_id(obj: dict[str, Any], name: str) -> str:
+    value = obj[name]
+    if type(value) is not str:
+        raise _reject("wrong_type", name, f"{name}: must be a string, got {_json_type(value)}")
+    if not _ID_RE.fullmatch(value):
+        raise _reject(
+            "bad_format", name, f"{name}: must be 1..64 characters of [A-Za-z0-9_.:-]"
+        )
+    return value
+
+
+def _check_int(obj: dict[str, Any], name: str, lo: int, hi: int) -> int:
+    value = obj[name]
+    if not _is_int(value):
+        raise _reject("wrong_type", name, f"{name}: must be an integer, got {_json_type(value)}")
+    if not lo <= value <= hi:
+        raise _reject("out_of_range", name, f"{name}: {value} is outside [{lo}, {hi}]")
+    return value
+
+
+def _check_code(obj: dict[str, Any], name: str, pattern: re.Pattern[str], what: str) -> str:
+    value = obj[name]
+    if type(value) is not str:
+        raise _reject("wrong_type", name, f"{name}: must be a string, got {_json_type(value)}")
+    if not pattern.fullmatch(value):
+        raise _reject("bad_format", name, f"{name}: must be {what}, got {value[:16]!r}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, float):
+        return "float"
+    return {int: "integer", str: "string", list: "array", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def validate_object(obj: Any, *, now_ms: int) -> Transaction:
+    """Check an already-decoded JSON value against the contract; raise ContractError if broken."""
+    if not isinstance(obj, dict):
+        raise _reject("not_object", None, f"message must be a JSON object, got {_json_type(obj)}")
+    for name in FIELDS:
+        if name not in obj:
+            raise _reject("missing_field", name, f"{name}: required field is missing")
+    for name in obj:
+        if name not in Transaction.__dataclass_fields__:
+            raise _reject("unknown_field", str(name)[:64], f"{str(name)[:64]}: unknown field")
+    txn_id = _check_id(obj, "txn_id")
+    card_id = _check_id(obj, "card_id")
+    merchant_id = _check_id(obj, "merchant_id")
+    ts_ms = _check_int(obj, "ts_ms", MIN_TS_MS, now_ms + MAX_FUTURE_MS)
+    amount = _check_int(obj, "amount_minor", 1, MAX_AMOUNT_MINOR)
+    mcc = _check_int(obj, "mcc", 0, 9999)
+    currency = _check_code(obj, "currency", _CURRENCY_RE, "an ISO 4217 code (3 upper-case letters)")
+    country = _check_code(obj, "country", _COUNTRY_RE, "an ISO 3166-1 alpha-2 code")
+    channel = obj["channel"]
+    if type(channel) is not str:
+        raise _reject("wrong_type", "channel", f"channel: must be a string, got {_json_type(channel)}")
+    if channel not in CHANNELS:
+        raise _reject("bad_format", "channel", "channel: must be one of pos, ecom, atm")
+    return Transaction(txn_id, card_id, ts_ms, amount, currency, merchant_id, mcc, country, channel)
+
+
+def parse_transaction(raw: bytes, *, now_ms: int, max_bytes: int = DEFAULT_MAX_BYTES) -> Transaction:
+    """Decode and validate one message's bytes; raise ContractError naming what is wrong."""
+    if len(raw) > max_bytes:
+        raise _reject("too_large", None, f"message is {len(raw)} bytes, limit is {max_bytes}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _reject("invalid_utf8", None, f"message is not UTF-8 (byte {exc.start})") from None
+    try:
+        # orjson rejects NaN/Infinity and lone surrogates, which the contract forbids too.
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise _reject("invalid_json", None, f"message is not valid JSON: {exc}") from None
+    if isinstance(obj, dict):
+        _reject_float_specials(obj)
+    return validate_object(obj, now_ms=now_ms)
+
+
+def _reject_float_specials(obj: dict[str, Any]) -> None:
+    for name, value in obj.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _reject("wrong_type", str(name)[:64], f"{name}: non-finite number")

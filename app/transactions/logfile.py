@@ -1,0 +1,48 @@
+"""Transaction log files: JSONL (one raw message per line) or Parquet (one row per message)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+from app.transactions.contract import FIELDS
+
+
+def iter_messages(path: str | Path) -> Iterator[bytes]:
+    """Each message of a log as the bytes a producer would send, in file order.
+
+    JSONL lines are yielded as they are (malformed ones included, that is the point of them);
+    Parquet rows are encoded as JSON objects of the contract's fields.
+    """
+    p = Path(path)
+    if p.suffix == ".parquet":
+        yield from _parquet_messages(p)
+        return
+    with open(p, "rb") as fh:
+        for line in fh:
+            line = line.rstrip(b"\r\n")
+            if line:
+                yield line
+
+
+def _parquet_messages(path: Path) -> Iterator[bytes]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    for batch in pf.iter_batches(batch_size=65_536):
+        cols = [c for c in FIELDS if c in batch.schema.names]
+        data = batch.select(cols).to_pylist()
+        for row in data:
+            yield orjson.dumps(row)
+
+
+def card_key(message: bytes) -> bytes | None:
+    """The Kafka key of a message: its card_id, or None when the message is not readable."""
+    try:
+        obj = orjson.loads(message)
+    except orjson.JSONDecodeError:
+        return None
+    card = obj.get("card_id") if isinstance(obj, dict) else None
+    return card.encode() if isinstance(card, str) and card else None

@@ -1,0 +1,1 @@
+"""Helpers for integration and fault tests: spawned processes, polling with deadlines."""

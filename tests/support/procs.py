@@ -1,0 +1,96 @@
+"""Processes a test spawns (workers, services): started with their env, ended by their PID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from app.settings import Settings
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a child process load exactly `settings`."""
+    import dataclasses
+
+    env = dict(os.environ)
+    for f in dataclasses.fields(Settings):
+        value = getattr(settings, f.name)
+        if value is not None:
+            env[f.metadata["env"]] = str(value)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def wait_until(predicate: Callable[[], T], *, timeout_s: float, interval_s: float = 0.25,
+               what: str = "condition") -> T:
+    """Poll `predicate` until it returns something truthy; fail with `what` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval_s)  # poll interval of a deadline-bounded wait
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Spawned:
+    """A child process started by a test; stop() and kill() signal only its own PID."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case (no clean shutdown, no final commit)."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SIGTERM and wait (clean shutdown), SIGKILL after the timeout."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        with contextlib.suppress(Exception):
+            self._log.close()
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker") -> Spawned:
+    """Start `fraudstream worker` for `settings` on a free web port."""
+    port = free_port()
+    argv = [sys.executable, "-m", "app.cli.main", "worker", "--web-port", str(port),
+            "--loglevel", "INFO"]
+    return Spawned(argv, settings_env(settings), tmp / f"{name}-{port}.log")
