@@ -207,3 +207,15 @@ def describe_settings() -> list[tuple[str, str, str]]:
         shown = "" if default is None else str(default)
         rows.append((f.metadata["env"], shown, f.metadata["doc"]))
     return rows
+
+
+def settings_environ(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An environment (base: os.environ) under which a child process loads exactly `settings`."""
+    env = dict(os.environ if base is None else base)
+    for f in dataclasses.fields(Settings):
+        value = getattr(settings, f.name)
+        if value is None:
+            env.pop(f.metadata["env"], None)
+        else:
+            env[f.metadata["env"]] = str(value)
+    return env

@@ -33,6 +33,8 @@ logger.apache.name = org.apache.kafka
 logger.apache.level = WARN
 logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
 """
 
 

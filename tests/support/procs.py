@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from app.settings import Settings
+from app.settings import Settings, settings_environ
 
 T = TypeVar("T")
 
@@ -27,13 +27,7 @@ def free_port() -> int:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a child process load exactly `settings`."""
-    import dataclasses
-
-    env = dict(os.environ)
-    for f in dataclasses.fields(Settings):
-        value = getattr(settings, f.name)
-        if value is not None:
-            env[f.metadata["env"]] = str(value)
+    env = settings_environ(settings)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -1,0 +1,134 @@
+"""`fraudstream features | training-set | audit-skew`: the offline feature evaluator's commands."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+import orjson
+
+from app.settings import load_settings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from app.features.offline import OfflineResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_EVENTS = click.Path(exists=True, dir_okay=False, path_type=Path)
+_OUT = click.Path(dir_okay=False, writable=True, path_type=Path)
+
+
+def _offline_options(fn: F) -> F:
+    fn = click.option("--now-ms", type=int, default=None,
+                      help="Validator clock (ms since epoch): event times above it + 1 day are "
+                      "malformed. Default: the wall clock at start.")(fn)
+    fn = click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
+                      help="Allowed lateness L in ms. Default: FRAUDSTREAM_ALLOWED_LATENESS_MS "
+                      "(must match the stream's).")(fn)
+    return click.option("--events", required=True, type=_EVENTS,
+                        help="Transaction log in log order: .jsonl (one message per line) or "
+                        ".parquet.")(fn)
+
+
+def _run_offline(
+    events: Path, lateness_ms: int | None, now_ms: int | None
+) -> tuple[OfflineResult, float]:
+    from app.features.offline import compute_features, read_log
+
+    settings = load_settings()
+    lateness = settings.allowed_lateness_ms if lateness_ms is None else lateness_ms
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    try:
+        lines = read_log(events)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--events") from None
+    t0 = time.perf_counter()
+    result = compute_features(lines, allowed_lateness_ms=lateness, now_ms=now,
+                              max_bytes=settings.max_message_bytes)
+    return result, time.perf_counter() - t0
+
+
+def _write(table: pa.Table, out: Path) -> None:
+    from app.features.offline import write_table
+
+    try:
+        write_table(table, out)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--out") from None
+
+
+@click.command("features")
+@_offline_options
+@click.option("--out", required=True, type=_OUT, help="Output: .parquet or .jsonl.")
+def features(events: Path, lateness_ms: int | None, now_ms: int | None, out: Path) -> None:
+    """One row of features per accepted transaction, in log order (txn_id, card_id, ts_ms, ...)."""
+    result, seconds = _run_offline(events, lateness_ms, now_ms)
+    _write(result.table, out)
+    rate = result.lines / seconds if seconds > 0 else float("inf")
+    click.echo(result.summary())
+    click.echo(f"{result.lines} events in {seconds:.2f}s ({rate:,.0f} events/s) -> {out}")
+
+
+@click.command("training-set")
+@_offline_options
+@click.option("--labels", required=True, type=_EVENTS,
+              help='JSONL of {"txn_id", "label", "label_ts_ms"}.')
+@click.option("--out", required=True, type=_OUT, help="Output: .parquet or .jsonl.")
+@click.option("--as-of", "as_of", type=int, default=None,
+              help="Use only labels known by then (label_ts_ms <= AS_OF, ms since epoch).")
+def training_set(events: Path, lateness_ms: int | None, now_ms: int | None, labels: Path,
+                 out: Path, as_of: int | None) -> None:
+    """Labels joined point-in-time to the features their transaction was served."""
+    from app.features.training_set import build_training_set, read_labels
+
+    result, _ = _run_offline(events, lateness_ms, now_ms)
+    try:
+        ts = build_training_set(result, read_labels(labels), as_of_ms=as_of)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--labels") from None
+    _write(ts.table, out)
+    click.echo(result.summary())
+    unmatched = " ".join(f"{k}={v}" for k, v in ts.unmatched.items())
+    click.echo(f"labels joined={ts.joined} after_as_of={ts.after_as_of} "
+               f"not_joined={ts.unmatched_total} ({unmatched}) -> {out}")
+
+
+def _served_rows(source: str) -> Iterator[object]:
+    path = Path(source)
+    if path.is_file():
+        with path.open("rb") as fh:
+            for line in fh:
+                if line.strip():
+                    try:
+                        yield orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        yield line  # counted as an invalid served row
+        return
+    from app.stream.served import iter_served_rows
+
+    for row in iter_served_rows(load_settings(), source):
+        yield orjson.loads(row) if isinstance(row, bytes | bytearray) else row
+
+
+@click.command("audit-skew")
+@click.option("--served", required=True,
+              help="Served rows: a JSONL file, or else the name of a Kafka topic to read.")
+@_offline_options
+@click.option("--examples", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Mismatch examples shown per feature.")
+def audit_skew(served: str, events: Path, lateness_ms: int | None, now_ms: int | None,
+               examples: int) -> None:
+    """Recompute features offline and compare every served vector bit for bit (exit 1 on skew)."""
+    from app.features.audit import audit
+
+    result, _ = _run_offline(events, lateness_ms, now_ms)
+    report = audit(_served_rows(served), result.table)
+    click.echo(result.summary())
+    click.echo(report.render(examples=examples))
+    if not report.ok:
+        raise SystemExit(1)

@@ -1,0 +1,134 @@
+"""`fraudstream generate`: write a synthetic, labelled transaction log (JSONL or Parquet)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import click
+
+from app.datagen.config import DEFAULT_START_MS, GeneratorConfig, parse_time_ms
+from app.datagen.generator import generate_log
+from app.datagen.log import LogCounts
+from app.datagen.writer import output_format, write_log
+from app.settings import load_settings
+
+log = logging.getLogger(__name__)
+
+
+class _TimeParam(click.ParamType):
+    name = "TIME"
+
+    def convert(self, value: object, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_time_ms(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+_FRACTION = click.FloatRange(0.0, 1.0)
+
+
+@click.command(context_settings={"max_content_width": 120})
+@click.option("--cards", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="Number of cards.")
+@click.option("--txns", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Number of distinct transactions (redeliveries and bad messages come on top).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Random seed: same arguments and seed give byte-identical files.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Transactions file: Parquet if it ends in .parquet, else JSONL.")
+@click.option("--labels", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Labels JSONL file {txn_id, label, label_ts_ms} [default: OUT's stem + "
+                   ".labels.jsonl].")
+@click.option("--start", type=_TimeParam(), default=DEFAULT_START_MS,
+              help="First event time: ISO date/datetime (UTC if no zone) or ms since epoch "
+                   "[default: 2026-01-01T00:00:00Z].")
+@click.option("--days", type=click.IntRange(min=1, max=3650), default=14, show_default=True,
+              help="Days of event time the log covers.")
+@click.option("--out-of-order", type=_FRACTION, default=0.0, show_default=True,
+              help="Fraction of events displaced in file order; ~10% of them beyond the "
+                   "allowed lateness (genuinely late), the rest within it.")
+@click.option("--redelivery", type=_FRACTION, default=0.0, show_default=True,
+              help="Fraction of transactions emitted a second time, byte-identical, a little "
+                   "later (an upstream retry).")
+@click.option("--malformed", type=_FRACTION, default=0.0, show_default=True,
+              help="Bad messages added from the corpus, as a fraction of --txns (JSONL only).")
+@click.option("--fraud-rate", type=click.FloatRange(0.0, 0.5), default=0.015, show_default=True,
+              help="Share of transactions that are fraud (approximate: incidents are whole).")
+@click.option("--merchants", type=click.IntRange(min=1), default=None,
+              help="Merchant population [default: sized from --cards].")
+@click.option("--now", "now_ms", type=_TimeParam(), default=None,
+              help="Validator clock the bad messages are built against (far-future event "
+                   "times) [default: end of data + 1 day].")
+def generate(
+    cards: int, txns: int, seed: int, out: Path, labels: Path | None, start: int, days: int,
+    out_of_order: float, redelivery: float, malformed: float, fraud_rate: float,
+    merchants: int | None, now_ms: int | None,
+) -> None:
+    """Generate a synthetic card-transaction log with labelled fraud patterns.
+
+    Every valid line passes the transaction contract at a clock of end of data + 1 day.
+    A JSONL file holds one message per line: bad messages are raw bytes (never containing a
+    line break), so read it in binary and split on b"\\n" only.
+    """
+    if output_format(out) == "parquet" and malformed > 0:
+        raise click.BadParameter(
+            "Parquet cannot hold malformed messages; use a .jsonl output or --malformed 0",
+            param_hint="--malformed",
+        )
+    settings = load_settings()
+    try:
+        config = GeneratorConfig(
+            cards=cards, txns=txns, seed=seed, start_ms=start, days=days,
+            out_of_order=out_of_order, redelivery=redelivery, malformed=malformed,
+            fraud_rate=fraud_rate, merchants=merchants,
+            allowed_lateness_ms=settings.allowed_lateness_ms,
+            max_message_bytes=settings.max_message_bytes, now_ms=now_ms,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    labels_path = labels or out.with_name(f"{out.stem}.labels.jsonl")
+    if labels_path.resolve() == out.resolve():
+        raise click.BadParameter("must differ from --out", param_hint="--labels")
+
+    began = time.perf_counter()
+    try:
+        generated = generate_log(config)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    write_log(generated, out, labels_path)
+    elapsed = time.perf_counter() - began
+    log.info("wrote %d lines to %s and labels to %s", len(generated), out, labels_path)
+    _print_summary(generated.counts, out, labels_path, elapsed)
+
+
+def _print_summary(counts: LogCounts, out: Path, labels: Path, elapsed: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="fraudstream generate", show_header=False)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    rows: list[tuple[str, int]] = [
+        ("lines", counts.lines),
+        ("valid transactions (distinct)", counts.transactions),
+        ("redelivered copies", counts.redelivered),
+        ("malformed messages", counts.malformed),
+        ("displaced events", counts.displaced),
+        ("late events (beyond allowed lateness)", counts.late),
+        ("fraud, all patterns", counts.fraud),
+        *((f"  fraud: {name}", n) for name, n in counts.fraud_by_pattern.items()),
+    ]
+    for what, n in rows:
+        table.add_row(what, f"{n:,}")
+    rate = counts.lines / elapsed if elapsed > 0 else float("inf")
+    table.add_row("elapsed (s)", f"{elapsed:.2f}")
+    table.add_row("rate (lines/s)", f"{rate:,.0f}")
+    console = Console()
+    console.print(table)
+    console.print(f"transactions: {out}\nlabels:       {labels}")

@@ -1,0 +1,55 @@
+"""Driving the real pipeline from tests: generate, replay, wait for the worker to drain."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from app.datagen.config import GeneratorConfig
+from app.datagen.generator import generate_log
+from app.datagen.log import GeneratedLog
+from app.settings import Settings
+from app.stream import topics
+from app.stream.inspect import Record, group_lag, read_topic, topic_sizes
+from app.transactions.producer import replay_messages
+from tests.support.procs import Spawned, wait_until
+
+
+def make_log(**overrides: object) -> GeneratedLog:
+    """A generated log whose future-dated bad messages stay future for the live validator.
+
+    The corpus builds "ts just past now + 1 day" against `now_ms`; anchoring it an hour ahead of
+    the wall clock keeps those messages invalid for the whole test run.
+    """
+    params: dict[str, object] = {"now_ms": time.time_ns() // 1_000_000 + 3_600_000}
+    params.update(overrides)
+    return generate_log(GeneratorConfig(**params))  # type: ignore[arg-type]
+
+
+def lines_of(log: GeneratedLog) -> list[bytes]:
+    return [line for line, _kind in log.iter_lines()]
+
+
+def replay(settings: Settings, lines: Sequence[bytes], rate: float | None = None) -> int:
+    report = asyncio.run(replay_messages(settings, lines, rate=rate))
+    assert report.errors == 0
+    return report.sent
+
+
+def wait_drained(settings: Settings, workers: Sequence[Spawned], *, expected: int,
+                 timeout_s: float = 180.0) -> None:
+    """Wait until the transactions topic holds `expected` messages and the group's lag is 0."""
+    source = settings.topic(topics.TRANSACTIONS)
+
+    def drained() -> bool:
+        for w in workers:
+            assert w.alive(), f"worker died:\n{w.log_tail()}"
+        size = asyncio.run(topic_sizes(settings, [source]))[source]
+        return size == expected and asyncio.run(group_lag(settings, settings.app_id, source)) == 0
+
+    wait_until(drained, timeout_s=timeout_s, interval_s=1.0, what="the worker to drain the log")
+
+
+def read(settings: Settings, logical: str) -> list[Record]:
+    return asyncio.run(read_topic(settings, settings.topic(logical), timeout_s=120.0))
