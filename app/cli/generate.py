@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from app.datagen.config import DEFAULT_START_MS, GeneratorConfig, parse_time_ms
+from app.datagen.config import DEFAULT_START_MS, MAX_DAYS, GeneratorConfig, parse_time_ms
 from app.datagen.generator import generate_log
 from app.datagen.log import LogCounts
 from app.datagen.writer import output_format, write_log
@@ -48,7 +48,7 @@ _FRACTION = click.FloatRange(0.0, 1.0)
 @click.option("--start", type=_TimeParam(), default=DEFAULT_START_MS,
               help="First event time: ISO date/datetime (UTC if no zone) or ms since epoch "
                    "[default: 2026-01-01T00:00:00Z].")
-@click.option("--days", type=click.IntRange(min=1, max=3650), default=14, show_default=True,
+@click.option("--days", type=click.IntRange(min=1, max=MAX_DAYS), default=14, show_default=True,
               help="Days of event time the log covers.")
 @click.option("--out-of-order", type=_FRACTION, default=0.0, show_default=True,
               help="Fraction of events displaced in file order; ~10% of them beyond the "
@@ -128,7 +128,7 @@ def _print_summary(counts: LogCounts, out: Path, labels: Path, elapsed: float) -
         table.add_row(what, f"{n:,}")
     rate = counts.lines / elapsed if elapsed > 0 else float("inf")
     table.add_row("elapsed (s)", f"{elapsed:.2f}")
-    table.add_row("rate (lines/s)", f"{rate:,.0f}")
+    table.add_row("rate (events/s, all lines)", f"{rate:,.0f}")
     console = Console()
     console.print(table)
     console.print(f"transactions: {out}\nlabels:       {labels}")

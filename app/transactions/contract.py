@@ -105,7 +105,9 @@ def _check_int(obj: dict[str, Any], name: str, lo: int, hi: int) -> int:
     if not _is_int(value):
         raise _reject("wrong_type", name, f"{name}: must be an integer, got {_json_type(value)}")
     if not lo <= value <= hi:
-        raise _reject("out_of_range", name, f"{name}: {value} is outside [{lo}, {hi}]")
+        # bounded text: Python refuses str() of ints over 4300 digits
+        shown = value if abs(value) < 10**30 else ("a huge integer" if value > 0 else "a huge negative integer")
+        raise _reject("out_of_range", name, f"{name}: {shown} is outside [{lo}, {hi}]")
     return value
 
 

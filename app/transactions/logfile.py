@@ -20,11 +20,10 @@ def iter_messages(path: str | Path) -> Iterator[bytes]:
     if p.suffix == ".parquet":
         yield from _parquet_messages(p)
         return
+    # Binary lines split on b"\n" only: an empty or all-blank line is a message too (a bad one).
     with open(p, "rb") as fh:
         for line in fh:
-            line = line.rstrip(b"\r\n")
-            if line:
-                yield line
+            yield line[:-1] if line.endswith(b"\n") else line
 
 
 def _parquet_messages(path: Path) -> Iterator[bytes]:

@@ -1,0 +1,184 @@
+"""The labelled fraud patterns: card testing, account takeover and a compromised merchant."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from app.datagen.catalog import (
+    COMPROMISED_MCCS,
+    ECOM,
+    HIGH_VALUE_MCCS,
+    POS,
+    TESTING_MCCS,
+    country_weights,
+    mcc_index,
+)
+from app.datagen.columns import (
+    ACCOUNT_TAKEOVER,
+    CARD_TESTING,
+    COMPROMISED_MERCHANT,
+    TxnColumns,
+)
+from app.datagen.config import DAY_MS
+from app.datagen.population import N_COUNTRIES, Cards, Merchants
+from app.datagen.spending import lognormal_amounts, mcc_codes
+
+MINUTE_MS: Final = 60_000
+HOUR_MS: Final = 3_600_000
+#: How the fraud budget splits over card testing, account takeover and compromised merchant.
+PATTERN_SHARES: Final = (0.40, 0.35, 0.25)
+
+#: Card testing: a burst of 5..30 tiny amounts within 30 s..5 min, mostly online.
+TESTING_BURST: Final = (5, 30)
+TESTING_SPAN_MS: Final = (30_000, 5 * MINUTE_MS)
+TESTING_AMOUNT_MINOR: Final = (100, 500)
+TESTING_ONLINE_SHARE: Final = 0.85
+#: Account takeover: a run of 3..12 high-value purchases in a new country within 10 min..3 h.
+TAKEOVER_RUN: Final = (3, 12)
+TAKEOVER_SPAN_MS: Final = (10 * MINUTE_MS, 3 * HOUR_MS)
+TAKEOVER_ONLINE_SHARE: Final = 0.6
+#: Compromised merchant: 15..60 cards charged 1..3 times each within 1..6 h.
+COMPROMISED_VICTIMS: Final = (15, 60)
+COMPROMISED_SPAN_MS: Final = (HOUR_MS, 6 * HOUR_MS)
+COMPROMISED_CHARGES_P: Final = np.array([0.3, 0.4, 0.3])
+COMPROMISED_GAP_MS: Final = (MINUTE_MS, 10 * MINUTE_MS)
+_TAIL_MS: Final = 30 * MINUTE_MS  # room for a victim's later charges before the log ends
+
+_TESTING_ONLINE_MCCS: Final = np.array([mcc_index(m) for m in TESTING_MCCS])
+_TESTING_POS_MCC: Final = mcc_index(5999)
+_HIGH_VALUE_MCCS: Final = np.array([mcc_index(m) for m in HIGH_VALUE_MCCS])
+_COMPROMISED_MCCS: Final = np.array([mcc_index(m) for m in COMPROMISED_MCCS])
+
+
+def fraud_incidents(
+    rng: np.random.Generator, cards: Cards, merchants: Merchants, total: int,
+    *, start_ms: int, days: int,
+) -> TxnColumns:
+    """About `total` fraudulent transactions, split over the three patterns in whole incidents."""
+    testing = round(total * PATTERN_SHARES[0])
+    takeover = round(total * PATTERN_SHARES[1])
+    compromised = total - testing - takeover
+    span = days * DAY_MS
+    return TxnColumns.concat([
+        card_testing(rng, cards, merchants, testing, start_ms=start_ms, span_ms=span),
+        account_takeover(rng, cards, merchants, takeover, start_ms=start_ms, span_ms=span),
+        compromised_merchant(rng, cards, merchants, compromised, start_ms=start_ms, span_ms=span),
+    ])
+
+
+def incident_sizes(rng: np.random.Generator, target: int, low: int, high: int) -> np.ndarray:
+    """Sizes in [low, high] adding up to `target` (the last one cut, but never below `low`)."""
+    if target <= 0:
+        return np.zeros(0, dtype=np.int64)
+    sizes = rng.integers(low, high + 1, target // low + 1)
+    cumulative = np.cumsum(sizes)
+    last = int(np.searchsorted(cumulative, target))
+    sizes = sizes[: last + 1].copy()
+    before = int(cumulative[last - 1]) if last else 0
+    sizes[last] = max(low, target - before)
+    return sizes
+
+
+def _starts(rng: np.random.Generator, n: int, span: np.ndarray, *, start_ms: int,
+            span_ms: int) -> np.ndarray:
+    return start_ms + (rng.random(n) * (span_ms - span - _TAIL_MS)).astype(np.int64)
+
+
+def card_testing(
+    rng: np.random.Generator, cards: Cards, merchants: Merchants, target: int,
+    *, start_ms: int, span_ms: int,
+) -> TxnColumns:
+    """Bursts of tiny amounts on one card at many distinct merchants within a few minutes."""
+    sizes = incident_sizes(rng, target, *TESTING_BURST)
+    bursts = len(sizes)
+    victim = rng.integers(0, cards.count, bursts)
+    span = rng.integers(TESTING_SPAN_MS[0], TESTING_SPAN_MS[1] + 1, bursts)
+    t0 = _starts(rng, bursts, span, start_ms=start_ms, span_ms=span_ms)
+    online = rng.random(bursts) < TESTING_ONLINE_SHARE
+
+    burst = np.repeat(np.arange(bursts), sizes)
+    n = len(burst)
+    on = online[burst]
+    ts = t0[burst] + (rng.random(n) * span[burst]).astype(np.int64)
+    # Online: shops anywhere; in person: a cloned card tried around the holder's home.
+    country = np.where(on, rng.choice(N_COUNTRIES, size=n, p=country_weights()),
+                       cards.home[victim[burst]])
+    mcc = np.where(on, _TESTING_ONLINE_MCCS[rng.integers(0, len(_TESTING_ONLINE_MCCS), n)],
+                   _TESTING_POS_MCC)
+    return TxnColumns.build(
+        card=victim[burst], ts=ts,
+        amount=rng.integers(TESTING_AMOUNT_MINOR[0], TESTING_AMOUNT_MINOR[1] + 1, n),
+        merchant=merchants.uniform(country, mcc, rng.random(n)), mcc=mcc_codes(mcc),
+        country=country, channel=np.where(on, ECOM, POS), pattern=CARD_TESTING,
+    )
+
+
+def account_takeover(
+    rng: np.random.Generator, cards: Cards, merchants: Merchants, target: int,
+    *, start_ms: int, span_ms: int,
+) -> TxnColumns:
+    """Runs of high-value purchases on one card in a country it has never been to."""
+    sizes = incident_sizes(rng, target, *TAKEOVER_RUN)
+    runs = len(sizes)
+    victim = rng.integers(0, cards.count, runs)
+    span = rng.integers(TAKEOVER_SPAN_MS[0], TAKEOVER_SPAN_MS[1] + 1, runs)
+    t0 = _starts(rng, runs, span, start_ms=start_ms, span_ms=span_ms)
+    home = cards.home[victim]
+    travelled = cards.trip_end[victim] > cards.trip_start[victim]
+    new = (home + rng.integers(1, N_COUNTRIES, runs)) % N_COUNTRIES
+    new = np.where(travelled & (new == cards.trip_country[victim]), (new + 1) % N_COUNTRIES, new)
+    new = np.where(new == home, (new + 1) % N_COUNTRIES, new)
+
+    run = np.repeat(np.arange(runs), sizes)
+    n = len(run)
+    country = new[run]
+    mcc = _HIGH_VALUE_MCCS[rng.integers(0, len(_HIGH_VALUE_MCCS), n)]
+    amount = lognormal_amounts(rng, 60_000, 0.6, country,
+                               low_usd_cents=10_000, high_usd_cents=2_000_000)
+    return TxnColumns.build(
+        card=victim[run], ts=t0[run] + (rng.random(n) * span[run]).astype(np.int64),
+        amount=amount, merchant=merchants.uniform(country, mcc, rng.random(n)),
+        mcc=mcc_codes(mcc), country=country,
+        channel=np.where(rng.random(n) < TAKEOVER_ONLINE_SHARE, ECOM, POS),
+        pattern=ACCOUNT_TAKEOVER,
+    )
+
+
+def compromised_merchant(
+    rng: np.random.Generator, cards: Cards, merchants: Merchants, target: int,
+    *, start_ms: int, span_ms: int,
+) -> TxnColumns:
+    """One online merchant charging many different cards, each a few times, within hours."""
+    parts: list[TxnColumns] = []
+    made = 0
+    while made < target:  # each incident adds at least one transaction
+        country = rng.choice(N_COUNTRIES, size=1, p=country_weights())
+        mcc = _COMPROMISED_MCCS[rng.integers(0, len(_COMPROMISED_MCCS), 1)]
+        merchant = int(merchants.uniform(country, mcc, rng.random(1))[0])
+        span = int(rng.integers(COMPROMISED_SPAN_MS[0], COMPROMISED_SPAN_MS[1] + 1))
+        t0 = int(_starts(rng, 1, np.array([span]), start_ms=start_ms, span_ms=span_ms)[0])
+        k = min(int(rng.integers(COMPROMISED_VICTIMS[0], COMPROMISED_VICTIMS[1] + 1)), cards.count)
+        victims = rng.choice(cards.count, size=k, replace=False)
+        charges = rng.choice(np.arange(1, 4), size=k, p=COMPROMISED_CHARGES_P)
+
+        victim = np.repeat(np.arange(k), charges)
+        first = t0 + (rng.random(k) * span).astype(np.int64)
+        gaps = rng.integers(COMPROMISED_GAP_MS[0], COMPROMISED_GAP_MS[1] + 1, len(victim))
+        # A victim's first charge is at `first`, later ones follow by gaps.
+        starts = np.concatenate(([0], np.cumsum(charges)[:-1]))
+        gaps[starts] = 0
+        offset = np.cumsum(gaps) - np.repeat(np.cumsum(gaps)[starts], charges)
+        n = min(len(victim), target - made)
+        rows = slice(0, n)
+        at = np.full(n, country[0])
+        parts.append(TxnColumns.build(
+            card=victims[victim][rows], ts=(first[victim] + offset)[rows],
+            amount=lognormal_amounts(rng, 30_000, 0.5, at,
+                                     low_usd_cents=5_000, high_usd_cents=500_000),
+            merchant=np.full(n, merchant), mcc=np.full(n, mcc_codes(mcc)[0]), country=at,
+            channel=np.full(n, ECOM), pattern=COMPROMISED_MERCHANT,
+        ))
+        made += n
+    return TxnColumns.concat(parts) if parts else TxnColumns.empty()
