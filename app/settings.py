@@ -136,6 +136,11 @@ class Settings:
         "Action service: newest alerts kept per card for GET /v1/cards/{card_id}.",
         100,
     )
+    action_redis_max_connections: int = _env(
+        "FRAUDSTREAM_ACTION_REDIS_MAX_CONNECTIONS",
+        "Action service: Redis connection pool size; requests beyond it wait for a connection.",
+        64,
+    )
 
     @property
     def local_kafka_bootstrap(self) -> str:

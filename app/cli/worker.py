@@ -11,14 +11,27 @@ from app.settings import load_settings
 @click.option("--web-port", type=int, default=None,
               help="Worker web port (metrics); default FRAUDSTREAM_WEB_PORT. One per worker.")
 @click.option("--loglevel", default="WARNING", show_default=True, help="Worker log level.")
-def worker(web_port: int | None, loglevel: str) -> None:
+@click.option("--dispatch/--no-dispatch", default=True, show_default=True,
+              help="Also run the dispatch agent in this worker.")
+def worker(web_port: int | None, loglevel: str, dispatch: bool) -> None:
     """Run one Faust worker of the pipeline (N of them share the work in one consumer group)."""
     from app.stream.worker import run_worker
 
-    run_worker(load_settings(), web_port=web_port, loglevel=loglevel)
+    agents = frozenset({"score", "dispatch"} if dispatch else {"score"})
+    run_worker(load_settings(), web_port=web_port, loglevel=loglevel, agents=agents)
 
 
 @click.command()
-def dispatcher() -> None:
-    """Run only the dispatch agent (POSTs actions to the action service)."""
-    raise click.ClickException("the dispatcher is not built yet")
+@click.option("--web-port", type=int, default=None, help="Web port (metrics).")
+@click.option("--loglevel", default="WARNING", show_default=True)
+def dispatcher(web_port: int | None, loglevel: str) -> None:
+    """Run only the dispatch agent, in its own consumer group (<app id>-dispatch).
+
+    Use it with workers started with --no-dispatch; running both only repeats deliveries,
+    which the action service absorbs.
+    """
+    from app.stream.worker import run_worker
+
+    settings = load_settings()
+    run_worker(settings.replace(app_id=f"{settings.app_id}-dispatch"), web_port=web_port,
+               loglevel=loglevel, agents=frozenset({"dispatch"}))

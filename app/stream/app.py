@@ -8,7 +8,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import faust
 from faust.types import EventT
@@ -16,10 +16,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.settings import Settings
 from app.stream import metrics, topics
+from app.stream.dispatch import add_dispatch_agent
 from app.stream.pipeline import Scored, TransactionPipeline, served_record
 from app.stream.records import OutRecord, SourceMessage
 
 log = logging.getLogger(__name__)
+
+AgentName = Literal["score", "dispatch"]
 
 
 @contextlib.contextmanager
@@ -85,8 +88,9 @@ def create_app(
     web_port: int | None = None,
     clock_ms: Callable[[], int] | None = None,
     on_scored: Callable[[FraudApp, list[Scored]], Any] | None = None,
+    agents: frozenset[AgentName] = frozenset({"score", "dispatch"}),
 ) -> FraudApp:
-    """Build the Faust app. Nothing connects until a worker starts it."""
+    """Build the Faust app with the chosen agents. Nothing connects until a worker starts it."""
     port = web_port or settings.web_port
     datadir = settings.state_dir.resolve() / f"worker-{port}"
     app = faust.App(
@@ -118,6 +122,12 @@ def create_app(
     fraud = FraudApp(app, settings, out_topics, card_state)
     clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
 
+    if "dispatch" in agents:
+        add_dispatch_agent(app, settings, fraud.send)
+    if "score" not in agents:
+        _add_metrics_page(app)
+        return fraud
+
     @app.agent(source, name="score")
     async def score(stream: faust.StreamT) -> None:  # pragma: no cover - exercised end to end
         async for events in stream.take_events(settings.max_batch, within=settings.max_wait_s):
@@ -139,8 +149,11 @@ def create_app(
                                   for s in outcome.scored])
             metrics.SCORED.inc(len(outcome.scored))
 
+    _add_metrics_page(app)
+    return fraud
+
+
+def _add_metrics_page(app: faust.App) -> None:
     @app.page("/metrics")
     async def prometheus_metrics(web: Any, request: Any) -> Any:
         return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
-
-    return fraud

@@ -1,4 +1,7 @@
-"""Fixtures for the action service's integration tests: a flushed Redis DB 3, apps, clients."""
+"""Fixtures for the action service's integration tests: a flushed Redis DB 3, apps, clients.
+
+`redis_url` (session-scoped) comes from tests/conftest.py; everything here uses DB 3 of it.
+"""
 
 from __future__ import annotations
 
@@ -23,15 +26,6 @@ from app.settings import Settings, load_settings
 ACTION_DB = 3
 TOKEN = "integration-test-token"
 REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    """TEMPORARY fallback until tests/conftest.py provides `redis_url` (the local stack's)."""
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        pytest.skip("REDIS_URL is not set (tests/conftest.py will provide redis_url)")
-    return url
 
 
 def with_db(url: str, db: int) -> str:

@@ -73,5 +73,35 @@ async def test_concurrent_different_payloads_on_one_key_one_wins(client, redis, 
     winner = variants[statuses.index(201)]
     entries = await redis.xrange(EFFECTS_STREAM)
     assert [f["card_id"] for _, f in entries] == [winner.card_id]
-    frozen = [v.card_id for v in variants if await redis.hget(card_key(v.card_id), "status") == "frozen"]
+    frozen = [
+        v.card_id for v in variants if await redis.hget(card_key(v.card_id), "status") == "frozen"
+    ]
     assert frozen == [winner.card_id]
+
+
+async def test_script_alone_arbitrates_250_concurrent_applies(make_settings, redis, new_action):
+    """Below the per-process in-flight guard: concurrent script runs on one key, one winner."""
+    from app.action_service.app import default_redis_client
+    from app.action_service.store import ActionStore
+
+    pooled = default_redis_client(make_settings(action_redis_max_connections=16))
+    store = ActionStore(pooled, ttl_ms=86_400_000, margin_ms=3_600_000, alerts_per_card=10)
+    same = new_action("alert_customer", "txn-lua", "card-lua")
+    others = [
+        new_action("alert_customer", "txn-lua", f"card-lua-{i}", ts_ms=same.ts_ms)
+        for i in range(50)
+    ]
+    try:
+        results = await asyncio.gather(*(store.apply(a) for a in [same] * 200 + others))
+    finally:
+        await pooled.aclose()
+    verdicts = Counter(r.verdict for r in results)
+    assert verdicts["created"] == 1
+    winner = results[[r.verdict for r in results].index("created")]
+    replays = [r for r in results if r.verdict == "replay"]
+    assert {(r.outcome, r.applied_at_ms, r.effect_id) for r in replays} <= {
+        (winner.outcome, winner.applied_at_ms, winner.effect_id)
+    }
+    assert verdicts["replay"] + verdicts["mismatch"] == 249
+    assert await redis.xlen(EFFECTS_STREAM) == 1
+    assert await redis.xlen("alerts") == 1

@@ -9,7 +9,9 @@ from app.action_service.store import ALERTS_STREAM, EFFECTS_STREAM, card_key, id
 pytestmark = pytest.mark.integration
 
 
-async def test_new_key_applies_once_and_replays_answer_from_the_record(client, redis, auth, new_action):
+async def test_new_key_applies_once_and_replays_answer_from_the_record(
+    client, redis, auth, new_action
+):
     act = new_action("freeze_card", "txn-a", "card-a")
     first = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
     assert first.status == 201
@@ -45,12 +47,19 @@ async def test_replay_under_new_model_version_and_later_decision_is_the_same_act
 ):
     act = new_action("alert_customer", "txn-b", "card-b", model_version="m-1", score=0.7)
     later = new_action(
-        "alert_customer", "txn-b", "card-b", ts_ms=act.ts_ms, model_version="m-2", score=0.2,
+        "alert_customer",
+        "txn-b",
+        "card-b",
+        ts_ms=act.ts_ms,
+        model_version="m-2",
+        score=0.2,
         decided_at_ms=act.decided_at_ms + 60_000,
     )
     assert later.idempotency_key == act.idempotency_key
     first = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
-    second = await client.post("/v1/actions", data=later.to_json(), headers=auth(act.idempotency_key))
+    second = await client.post(
+        "/v1/actions", data=later.to_json(), headers=auth(act.idempotency_key)
+    )
     assert (first.status, second.status) == (201, 200)
     assert await second.json() == await first.json()
     assert await redis.xlen(EFFECTS_STREAM) == 1
@@ -61,7 +70,9 @@ async def test_same_key_with_another_card_or_ts_is_422_and_applies_nothing(
     client, redis, auth, new_action
 ):
     act = new_action("freeze_card", "txn-c", "card-c")
-    assert (await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))).status == 201
+    assert (
+        await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
+    ).status == 201
     for other in (
         new_action("freeze_card", "txn-c", "card-other", ts_ms=act.ts_ms),
         new_action("freeze_card", "txn-c", "card-c", ts_ms=act.ts_ms + 1),
@@ -81,7 +92,9 @@ async def test_freezing_a_frozen_card_records_the_key_and_keeps_the_first_freeze
     first = new_action("freeze_card", "txn-d1", "card-d")
     second = new_action("freeze_card", "txn-d2", "card-d")
     r1 = await client.post("/v1/actions", data=first.to_json(), headers=auth(first.idempotency_key))
-    r2 = await client.post("/v1/actions", data=second.to_json(), headers=auth(second.idempotency_key))
+    r2 = await client.post(
+        "/v1/actions", data=second.to_json(), headers=auth(second.idempotency_key)
+    )
     assert (r1.status, r2.status) == (201, 201)
     assert (await r1.json())["outcome"] == "frozen"
     assert (await r2.json())["outcome"] == "already_frozen"
@@ -92,13 +105,20 @@ async def test_freezing_a_frozen_card_records_the_key_and_keeps_the_first_freeze
     # invariant: exactly one effects entry per key answered 201, no-op freezes included
     effects = await redis.xrange(EFFECTS_STREAM)
     assert [f["outcome"] for _, f in effects] == ["frozen", "already_frozen"]
-    assert {f["idempotency_key"] for _, f in effects} == {first.idempotency_key, second.idempotency_key}
+    assert {f["idempotency_key"] for _, f in effects} == {
+        first.idempotency_key,
+        second.idempotency_key,
+    }
 
 
 async def test_alerts_are_queued_and_listed_on_the_card(client, redis, auth, new_action):
-    acts = [new_action("alert_customer", f"txn-e{i}", "card-e", score=0.5 + i / 10) for i in range(3)]
+    acts = [
+        new_action("alert_customer", f"txn-e{i}", "card-e", score=0.5 + i / 10) for i in range(3)
+    ]
     for act in acts:
-        response = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
+        response = await client.post(
+            "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+        )
         assert response.status == 201
         assert (await response.json())["outcome"] == "alert_queued"
     queued = await redis.xrange(ALERTS_STREAM)
@@ -121,7 +141,11 @@ async def test_alert_list_per_card_is_bounded(make_settings, redis, auth, new_ac
     async with TestClient(TestServer(app)) as small:
         for i in range(4):
             act = new_action("alert_customer", f"txn-f{i}", "card-f")
-            assert (await small.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))).status == 201
+            assert (
+                await small.post(
+                    "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+                )
+            ).status == 201
         card = await (await small.get("/v1/cards/card-f", headers=auth())).json()
     assert [a["txn_id"] for a in card["alerts"]] == ["txn-f2", "txn-f3"]
     assert card["alerts_total"] == 4
@@ -132,14 +156,21 @@ async def test_unknown_card_is_active_without_alerts(client, auth):
     response = await client.get("/v1/cards/never-seen", headers=auth())
     assert response.status == 200
     assert await response.json() == {
-        "card_id": "never-seen", "status": "active", "frozen_at_ms": None, "reason": None,
-        "txn_id": None, "alerts_total": 0, "alerts": [],
+        "card_id": "never-seen",
+        "status": "active",
+        "frozen_at_ms": None,
+        "reason": None,
+        "txn_id": None,
+        "alerts_total": 0,
+        "alerts": [],
     }
 
 
 async def test_get_action_returns_the_stored_record_or_404(client, auth, new_action):
     act = new_action("freeze_card", "txn-g", "card-g", score=0.91, model_version="m-7")
-    created = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
+    created = await client.post(
+        "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+    )
     record = await (await client.get(f"/v1/actions/{act.idempotency_key}", headers=auth())).json()
     assert record["result"] == await created.json()
     assert record["status"] == 201
@@ -155,7 +186,9 @@ async def test_get_action_returns_the_stored_record_or_404(client, auth, new_act
 async def test_header_key_must_equal_body_key(client, redis, auth, new_action):
     act = new_action("freeze_card", "txn-h", "card-h")
     other = new_action("freeze_card", "txn-h2", "card-h")
-    response = await client.post("/v1/actions", data=act.to_json(), headers=auth(other.idempotency_key))
+    response = await client.post(
+        "/v1/actions", data=act.to_json(), headers=auth(other.idempotency_key)
+    )
     assert response.status == 422
     assert (await response.json())["field"] == "idempotency_key"
     assert await redis.xlen(EFFECTS_STREAM) == 0
@@ -168,8 +201,12 @@ async def test_health_readiness_metrics_and_openapi(client, auth, new_action):
     await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
     await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
     text = await (await client.get("/metrics")).text()
-    assert 'action_service_requests_total{method="POST",route="/v1/actions",status="201"} 1.0' in text
-    assert 'action_service_requests_total{method="POST",route="/v1/actions",status="200"} 1.0' in text
+    assert (
+        'action_service_requests_total{method="POST",route="/v1/actions",status="201"} 1.0' in text
+    )
+    assert (
+        'action_service_requests_total{method="POST",route="/v1/actions",status="200"} 1.0' in text
+    )
     assert 'action_service_effects_applied_total{outcome="frozen",type="freeze_card"} 1.0' in text
     assert 'action_service_replays_absorbed_total{type="freeze_card"} 1.0' in text
     assert "action_service_request_duration_seconds_bucket" in text

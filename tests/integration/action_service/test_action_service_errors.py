@@ -20,7 +20,10 @@ async def test_missing_or_wrong_token_is_401_before_anything_else(client, redis,
     for headers in (
         {"Idempotency-Key": act.idempotency_key},
         {"Idempotency-Key": act.idempotency_key, "Authorization": "Bearer wrong"},
-        {"Idempotency-Key": act.idempotency_key, "Authorization": "Basic aW50ZWdyYXRpb24tdGVzdC10b2tlbg=="},
+        {
+            "Idempotency-Key": act.idempotency_key,
+            "Authorization": "Basic aW50ZWdyYXRpb24tdGVzdC10b2tlbg==",
+        },
         {},
     ):
         response = await client.post("/v1/actions", data=act.to_json(), headers=headers)
@@ -36,7 +39,8 @@ async def test_missing_idempotency_key_is_400(client, auth, new_action):
     response = await client.post("/v1/actions", data=new_action().to_json(), headers=auth())
     assert response.status == 400
     assert await response.json() == {
-        "error": "the Idempotency-Key header is required", "field": "Idempotency-Key"
+        "error": "the Idempotency-Key header is required",
+        "field": "Idempotency-Key",
     }
 
 
@@ -84,7 +88,9 @@ async def test_invalid_body_is_422_naming_the_field(client, redis, auth, new_act
     act = new_action()
     body = act.to_dict()
     mutate(body)
-    response = await client.post("/v1/actions", data=orjson.dumps(body), headers=auth(act.idempotency_key))
+    response = await client.post(
+        "/v1/actions", data=orjson.dumps(body), headers=auth(act.idempotency_key)
+    )
     assert response.status == 422
     payload = await response.json()
     assert payload["field"] == field
@@ -94,14 +100,20 @@ async def test_invalid_body_is_422_naming_the_field(client, redis, auth, new_act
 
 @pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"null"])
 async def test_unparseable_body_is_422(client, auth, new_action, raw):
-    response = await client.post("/v1/actions", data=raw, headers=auth(new_action().idempotency_key))
+    response = await client.post(
+        "/v1/actions", data=raw, headers=auth(new_action().idempotency_key)
+    )
     assert response.status == 422
     assert (await response.json())["field"] is None
 
 
-async def test_decided_far_in_the_future_is_422_and_applies_nothing(client, redis, auth, new_action):
+async def test_decided_far_in_the_future_is_422_and_applies_nothing(
+    client, redis, auth, new_action
+):
     act = new_action(decided_at_ms=int(time.time() * 1000) + 2 * 3_600_000)
-    response = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
+    response = await client.post(
+        "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+    )
     assert response.status == 422
     assert (await response.json())["field"] == "decided_at_ms"
     assert await redis.exists(idem_key(act.idempotency_key)) == 0
@@ -121,8 +133,12 @@ async def test_invalid_path_parameters_are_422_and_unknown_routes_404(client, au
     assert "POST" in wrong_method.headers["Allow"]
 
 
-async def test_redis_unreachable_is_503_with_retry_after(make_settings, auth, new_action, unused_tcp_port):
-    settings = make_settings(redis_url=f"redis://127.0.0.1:{unused_tcp_port}/3", action_redis_timeout_s=0.5)
+async def test_redis_unreachable_is_503_with_retry_after(
+    make_settings, auth, new_action, unused_tcp_port
+):
+    settings = make_settings(
+        redis_url=f"redis://127.0.0.1:{unused_tcp_port}/3", action_redis_timeout_s=0.5
+    )
     async with TestClient(TestServer(create_app(settings))) as down:
         act = new_action()
         started = time.monotonic()
@@ -145,12 +161,16 @@ async def test_a_failing_script_writes_nothing(client, redis, auth, new_action):
     """Checks run before the first write: a refused script leaves no key and no effect."""
     await redis.set(EFFECTS_STREAM, "not a stream")
     act = new_action("freeze_card", "txn-x", "card-x")
-    response = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
+    response = await client.post(
+        "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+    )
     assert response.status == 500
     assert await redis.exists(idem_key(act.idempotency_key)) == 0
     assert await redis.exists(card_key("card-x")) == 0
     await redis.delete(EFFECTS_STREAM)
-    retried = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
+    retried = await client.post(
+        "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+    )
     assert retried.status == 201
 
 
@@ -162,12 +182,16 @@ async def test_same_key_in_flight_in_this_process_is_409(client, redis, auth, ne
     in_flight = client.server.app[IN_FLIGHT]
     in_flight.add(act.idempotency_key)  # as if a request for it were awaiting Redis right now
     try:
-        response = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
+        response = await client.post(
+            "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+        )
     finally:
         in_flight.discard(act.idempotency_key)
     assert response.status == 409
     assert (await response.json())["field"] == "idempotency_key"
     assert await redis.xlen(EFFECTS_STREAM) == 0
-    retried = await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
+    retried = await client.post(
+        "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+    )
     assert retried.status == 201
     await asyncio.sleep(0)

@@ -36,7 +36,9 @@ async def _wait_until_gone(redis, key: str, timeout_s: float = 2 * TTL_S + 3) ->
         await asyncio.sleep(0.05)
 
 
-async def test_key_expires_and_a_late_replay_is_410_not_a_second_effect(short, redis, auth, new_action):
+async def test_key_expires_and_a_late_replay_is_410_not_a_second_effect(
+    short, redis, auth, new_action
+):
     act = new_action("freeze_card", "txn-exp", "card-exp")
     headers = auth(act.idempotency_key)
     assert (await short.post("/v1/actions", data=act.to_json(), headers=headers)).status == 201
@@ -55,18 +57,24 @@ async def test_key_expires_and_a_late_replay_is_410_not_a_second_effect(short, r
 
 async def test_old_action_with_unknown_key_is_410(short, redis, auth, new_action):
     old = new_action("alert_customer", "txn-old", "card-old", decided_at_ms=_now_ms() - 1_500)
-    response = await short.post("/v1/actions", data=old.to_json(), headers=auth(old.idempotency_key))
+    response = await short.post(
+        "/v1/actions", data=old.to_json(), headers=auth(old.idempotency_key)
+    )
     assert response.status == 410
     assert await redis.xlen(EFFECTS_STREAM) == 0
     assert "action_service_gone_total 1.0" in await (await short.get("/metrics")).text()
 
 
-async def test_old_action_whose_key_still_exists_is_a_harmless_replay(short, redis, auth, new_action):
+async def test_old_action_whose_key_still_exists_is_a_harmless_replay(
+    short, redis, auth, new_action
+):
     fresh = new_action("freeze_card", "txn-keep", "card-keep")
     old = new_action(
         "freeze_card", "txn-keep", "card-keep", ts_ms=fresh.ts_ms, decided_at_ms=_now_ms() - 1_500
     )
-    assert (await short.post("/v1/actions", data=fresh.to_json(), headers=auth(fresh.idempotency_key))).status == 201
+    assert (
+        await short.post("/v1/actions", data=fresh.to_json(), headers=auth(fresh.idempotency_key))
+    ).status == 201
     replay = await short.post("/v1/actions", data=old.to_json(), headers=auth(old.idempotency_key))
     assert replay.status == 200
     assert replay.headers["Idempotent-Replayed"] == "true"
@@ -75,6 +83,8 @@ async def test_old_action_whose_key_still_exists_is_a_harmless_replay(short, red
 
 async def test_just_inside_the_window_is_applied(short, redis, auth, new_action):
     recent = new_action("freeze_card", "txn-recent", "card-recent", decided_at_ms=_now_ms() - 300)
-    response = await short.post("/v1/actions", data=recent.to_json(), headers=auth(recent.idempotency_key))
+    response = await short.post(
+        "/v1/actions", data=recent.to_json(), headers=auth(recent.idempotency_key)
+    )
     assert response.status == 201
     assert await redis.xlen(EFFECTS_STREAM) == 1

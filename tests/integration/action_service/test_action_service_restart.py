@@ -41,7 +41,9 @@ async def test_sigkill_and_restart_mid_stream_applies_every_action_once(
         dispatch_request_timeout_s=5.0,
     )
     actions = [
-        new_action("freeze_card" if i % 3 == 0 else "alert_customer", f"txn-k{i}", f"card-k{i % 97}")
+        new_action(
+            "freeze_card" if i % 3 == 0 else "alert_customer", f"txn-k{i}", f"card-k{i % 97}"
+        )
         for i in range(ACTIONS)
     ]
 
@@ -60,7 +62,9 @@ async def test_sigkill_and_restart_mid_stream_applies_every_action_once(
         kills = await asyncio.wait_for(chaos_task, timeout=60)
 
     assert kills == len(KILL_AT)
-    assert all(isinstance(r, Delivered) for r in results), [r for r in results if not isinstance(r, Delivered)]
+    assert all(isinstance(r, Delivered) for r in results), [
+        r for r in results if not isinstance(r, Delivered)
+    ]
     entries = await redis.xrange(EFFECTS_STREAM)
     per_key = Counter(fields["idempotency_key"] for _, fields in entries)
     assert len(entries) == ACTIONS

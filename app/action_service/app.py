@@ -1,0 +1,134 @@
+"""The action service's aiohttp application: factory, typed app keys, Redis lifecycle, middleware."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final, Protocol
+
+from aiohttp import web
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE
+from app.action_service.metrics import ServiceMetrics
+from app.action_service.replies import error_reply, unavailable_reply
+from app.action_service.routes import MAX_BODY_BYTES, setup_routes
+from app.action_service.store import ActionStore
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+#: Methods counted under their own label; anything else is counted as OTHER.
+_METHODS: Final = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+
+
+class RedisClientFactory(Protocol):
+    """Builds the service's Redis client from settings (tests inject their own)."""
+
+    def __call__(self, settings: Settings) -> Redis: ...
+
+
+def default_redis_client(settings: Settings) -> Redis:
+    """A pooled client for settings.effective_redis_url; connects lazily, on first command.
+
+    The pool blocks (up to the timeout) instead of failing when every connection is busy,
+    so a burst queues rather than turning into 503s. One quick retry covers a pooled
+    connection that died with a Redis restart; re-running the apply script is safe because
+    the key makes a repeat a replay.
+    """
+    timeout = settings.action_redis_timeout_s
+    pool = BlockingConnectionPool.from_url(
+        settings.effective_redis_url,
+        max_connections=settings.action_redis_max_connections,
+        timeout=timeout,
+        decode_responses=True,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
+        health_check_interval=30,
+    )
+    return Redis.from_pool(pool)  # the client owns the pool: aclose() disconnects it
+
+
+def create_app(
+    settings: Settings, redis_client_factory: RedisClientFactory | None = None
+) -> web.Application:
+    """Build the action service: routes, metrics, and a Redis client owned by cleanup_ctx."""
+    if not settings.action_token:
+        raise ValueError("FRAUDSTREAM_ACTION_TOKEN must not be empty")
+    if not 0 <= settings.idempotency_margin_s < settings.idempotency_ttl_s:
+        raise ValueError(
+            "need 0 <= FRAUDSTREAM_IDEMPOTENCY_MARGIN_S < FRAUDSTREAM_IDEMPOTENCY_TTL_S, got "
+            f"{settings.idempotency_margin_s} and {settings.idempotency_ttl_s}"
+        )
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_observe])
+    app[SETTINGS] = settings
+    app[METRICS] = ServiceMetrics()
+    app[IN_FLIGHT] = set()
+    factory = redis_client_factory or default_redis_client
+
+    async def redis_context(app: web.Application) -> AsyncIterator[None]:
+        client = factory(settings)
+        app[REDIS] = client
+        app[STORE] = ActionStore(
+            client,
+            ttl_ms=settings.idempotency_ttl_s * 1000,
+            margin_ms=settings.idempotency_margin_s * 1000,
+            alerts_per_card=settings.action_alerts_per_card,
+        )
+        logger.info(
+            "action service ready ttl_s=%d margin_s=%d",
+            settings.idempotency_ttl_s,
+            settings.idempotency_margin_s,
+        )
+        try:
+            yield
+        finally:
+            await client.aclose()
+            logger.info("action service stopped; redis client closed")
+
+    app.cleanup_ctx.append(redis_context)
+    setup_routes(app)
+    return app
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count and time every request; turn exceptions into the JSON error shape."""
+    started = time.perf_counter()
+    resource = getattr(request.match_info.route, "resource", None)
+    route = resource.canonical if resource is not None else "unmatched"
+    method = request.method if request.method in _METHODS else "OTHER"
+    metrics = request.app[METRICS]
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        response = error_reply(exc.status, exc.reason, None, headers)
+    except (RedisConnectionError, RedisTimeoutError, RedisOutOfMemoryError) as exc:
+        metrics.redis_unavailable.inc()
+        logger.warning("redis unavailable route=%s error=%s", route, type(exc).__name__)
+        response = unavailable_reply()
+    except Exception:
+        logger.exception("unhandled error route=%s method=%s", route, request.method)
+        response = error_reply(500, "internal error", None)
+    elapsed = time.perf_counter() - started
+    metrics.requests.labels(route, method, str(response.status)).inc()
+    metrics.latency.labels(route, method).observe(elapsed)
+    logger.debug(
+        "request route=%s method=%s status=%d ms=%.2f",
+        route,
+        method,
+        response.status,
+        elapsed * 1000,
+    )
+    return response

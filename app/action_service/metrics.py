@@ -1,0 +1,63 @@
+"""Prometheus metrics of one action-service app, in its own registry (served at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ServiceMetrics:
+    """Counters and the latency histogram; one registry per app so tests can build many."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "action_service_requests_total",
+            "HTTP requests by route template, method and status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "action_service_request_duration_seconds",
+            "HTTP request latency by route template and method.",
+            ["route", "method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.effects = Counter(
+            "action_service_effects_applied_total",
+            "Keys applied (answered 201) by action type and outcome.",
+            ["type", "outcome"],
+            registry=r,
+        )
+        self.replays = Counter(
+            "action_service_replays_absorbed_total",
+            "Known keys answered 200 from the stored record (no second effect).",
+            ["type"],
+            registry=r,
+        )
+        self.gone = Counter(
+            "action_service_gone_total",
+            "Actions refused with 410: too old to be deduplicated safely.",
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "action_service_key_conflicts_total",
+            "Idempotency-key conflicts: reused with another payload (422) or in flight (409).",
+            ["kind"],
+            registry=r,
+        )
+        self.redis_unavailable = Counter(
+            "action_service_redis_unavailable_total",
+            "Requests answered 503 because Redis could not be reached.",
+            registry=r,
+        )
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format."""
+        return generate_latest(self.registry)

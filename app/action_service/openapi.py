@@ -1,0 +1,294 @@
+"""The OpenAPI 3.0 description of the action service, served at /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from app.actions.action import MAX_TS_MS
+from app.transactions.contract import MIN_TS_MS
+
+_ID: Final = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
+    "minLength": 1,
+    "maxLength": 64,
+}
+_KEY: Final = {"type": "string", "pattern": "^[0-9a-f]{32}$", "minLength": 32, "maxLength": 32}
+_TS: Final = {"type": "integer", "format": "int64", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
+_MS: Final = {"type": "integer", "format": "int64"}
+_JSON: Final = "application/json"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {_JSON: {"schema": _ref("Error")}},
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _ok(description: str, schema: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {_JSON: {"schema": _ref(schema)}},
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+_RETRY_AFTER: Final = {
+    "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}}
+}
+_UNAUTHORIZED: Final = {
+    "WWW-Authenticate": {"description": "Bearer challenge.", "schema": {"type": "string"}}
+}
+
+
+def _schemas() -> dict[str, Any]:
+    action_fields = {
+        "idempotency_key": {**_KEY, "description": "idempotency_key(type, txn_id), see docs."},
+        "type": {"type": "string", "enum": ["freeze_card", "alert_customer"]},
+        "card_id": _ID,
+        "txn_id": _ID,
+        "ts_ms": {**_TS, "description": "Event time of the transaction (ms since epoch)."},
+        "score": {"type": "number", "description": "The model's score."},
+        "model_version": {
+            "type": "string",
+            "pattern": "^[ -~]{1,128}$",
+            "minLength": 1,
+            "maxLength": 128,
+        },
+        "decided_at_ms": {**_TS, "description": "Wall clock at decision (ms since epoch)."},
+    }
+    result_fields = {
+        "idempotency_key": _KEY,
+        "type": {"type": "string", "enum": ["freeze_card", "alert_customer"]},
+        "card_id": _ID,
+        "txn_id": _ID,
+        "ts_ms": _MS,
+        "outcome": {"type": "string", "enum": ["frozen", "already_frozen", "alert_queued"]},
+        "applied_at_ms": _MS,
+        "effect_id": {"type": "string", "description": "ID of the entry in the `effects` stream."},
+    }
+    alert_fields = {
+        "alert_id": {"type": "string", "description": "ID of the entry in the `alerts` stream."},
+        "txn_id": _ID,
+        "idempotency_key": _KEY,
+        "ts_ms": _MS,
+        "score": {"type": "number"},
+        "model_version": {"type": "string"},
+        "queued_at_ms": _MS,
+    }
+    return {
+        "Action": _object(action_fields, "An action, exactly the actions contract."),
+        "ActionResult": _object(result_fields, "What applying the action did (stored, replayed)."),
+        "ActionRecord": _object(
+            {
+                "idempotency_key": _KEY,
+                "status": {"type": "integer", "enum": [201]},
+                "result": _ref("ActionResult"),
+                "fingerprint": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                "score": {"type": "number"},
+                "model_version": {"type": "string"},
+                "decided_at_ms": _MS,
+                "expires_in_ms": {"type": "integer", "minimum": 0},
+            },
+            "The stored record of an applied key (score/model/decided_at of the applying request).",
+        ),
+        "Alert": _object(alert_fields, "One queued customer alert."),
+        "Card": _object(
+            {
+                "card_id": _ID,
+                "status": {"type": "string", "enum": ["active", "frozen"]},
+                "frozen_at_ms": {**_MS, "nullable": True},
+                "reason": {"type": "string", "nullable": True},
+                "txn_id": {**_ID, "nullable": True},
+                "alerts_total": {"type": "integer", "minimum": 0},
+                "alerts": {"type": "array", "items": _ref("Alert")},
+            },
+            "A card's status; a card never acted on is active with no alerts.",
+        ),
+        "Error": _object(
+            {
+                "error": {"type": "string"},
+                "field": {"type": "string", "nullable": True},
+            },
+            "Every error: a readable reason and the offending field (or null).",
+        ),
+        "Health": _object({"status": {"type": "string", "enum": ["ok"]}}, "Liveness."),
+        "Ready": {
+            "type": "object",
+            "required": ["status"],
+            "additionalProperties": False,
+            "properties": {
+                "status": {"type": "string", "enum": ["ready", "unavailable"]},
+                "error": {"type": "string"},
+            },
+        },
+    }
+
+
+def _object(properties: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": description,
+        "required": list(properties),
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+def _paths() -> dict[str, Any]:
+    secured = [{"bearerAuth": []}]
+    unauthorized = _error("Missing or wrong bearer token.", _UNAUTHORIZED)
+    unavailable = _error("Redis is unreachable; retry (the key makes it safe).", _RETRY_AFTER)
+    invalid = _error("Invalid input; `field` names it.")
+    return {
+        "/v1/actions": {
+            "post": {
+                "operationId": "postAction",
+                "summary": "Apply an action once per idempotency key.",
+                "security": secured,
+                "parameters": [
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": True,
+                        "description": "Must equal the body's idempotency_key.",
+                        "schema": _KEY,
+                    }
+                ],
+                "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("Action")}}},
+                "responses": {
+                    "201": _ok(
+                        "New key: effect applied and key recorded atomically.",
+                        "ActionResult",
+                        {
+                            "Location": {
+                                "description": "The key's record.",
+                                "schema": {"type": "string"},
+                            }
+                        },
+                    ),
+                    "200": _ok(
+                        "Known key, same action: the stored result, no second effect.",
+                        "ActionResult",
+                        {
+                            "Idempotent-Replayed": {
+                                "description": "Always `true` on a replay.",
+                                "schema": {"type": "string", "enum": ["true"]},
+                            }
+                        },
+                    ),
+                    "400": _error("The Idempotency-Key header is missing."),
+                    "401": unauthorized,
+                    "409": _error("A request with the same key is in flight in this process."),
+                    "410": _error("Unknown key and decided_at_ms older than TTL minus margin."),
+                    "413": _error("Body over 64 KiB."),
+                    "422": invalid,
+                    "503": unavailable,
+                },
+            }
+        },
+        "/v1/actions/{idempotency_key}": {
+            "get": {
+                "operationId": "getAction",
+                "summary": "The stored record of an idempotency key.",
+                "security": secured,
+                "parameters": [
+                    {"name": "idempotency_key", "in": "path", "required": True, "schema": _KEY}
+                ],
+                "responses": {
+                    "200": _ok("The record.", "ActionRecord"),
+                    "401": unauthorized,
+                    "404": _error("Unknown or expired key."),
+                    "422": invalid,
+                    "503": unavailable,
+                },
+            }
+        },
+        "/v1/cards/{card_id}": {
+            "get": {
+                "operationId": "getCard",
+                "summary": "A card's status, freeze reason and alerts.",
+                "security": secured,
+                "parameters": [{"name": "card_id", "in": "path", "required": True, "schema": _ID}],
+                "responses": {
+                    "200": _ok("The card.", "Card"),
+                    "401": unauthorized,
+                    "422": invalid,
+                    "503": unavailable,
+                },
+            }
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "summary": "Liveness.",
+                "responses": {"200": _ok("Serving.", "Health")},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "summary": "Readiness: Redis answers PING.",
+                "responses": {
+                    "200": _ok("Ready.", "Ready"),
+                    "503": {
+                        "description": "Redis unreachable.",
+                        "headers": _RETRY_AFTER,
+                        "content": {_JSON: {"schema": _ref("Ready")}},
+                    },
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics.",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text exposition format 0.0.4.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document.",
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3.0 document.",
+                        "content": {_JSON: {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        },
+    }
+
+
+def build_openapi() -> dict[str, Any]:
+    """A fresh OpenAPI 3.0.3 document describing every route, status and body."""
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "fraudstream action service",
+            "version": "1.0.0",
+            "description": "Applies freeze_card / alert_customer actions exactly once per "
+            "idempotency key (Redis + one Lua script). See docs/action-service.md.",
+        },
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(),
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+    }

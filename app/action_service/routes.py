@@ -1,0 +1,188 @@
+"""HTTP handlers of the action service and `setup_routes`, which mounts them."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+from typing import Final
+
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS, STORE
+from app.action_service.metrics import CONTENT_TYPE_LATEST
+from app.action_service.openapi import build_openapi
+from app.action_service.replies import RETRY_AFTER_S, error_reply, json_reply
+from app.action_service.store import render_card, render_record, render_result
+from app.actions.action import Action, ActionError
+from app.actions.key import KEY_RE
+
+logger = logging.getLogger(__name__)
+
+#: Largest accepted request body; larger ones are answered 413 without being read further.
+MAX_BODY_BYTES: Final = 64 * 1024
+_CARD_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+_UNAUTHORIZED_HEADERS: Final = {"WWW-Authenticate": 'Bearer realm="fraudstream"'}
+
+
+def _authorized(request: web.Request) -> bool:
+    """Bearer token check in constant time (the token itself is never logged)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    expected = request.app[SETTINGS].action_token.encode("utf-8")
+    return hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), expected)
+
+
+def _unauthorized() -> web.Response:
+    return error_reply(401, "missing or wrong bearer token", "Authorization", _UNAUTHORIZED_HEADERS)
+
+
+async def post_action(request: web.Request) -> web.Response:
+    """Apply an action once per idempotency key (see docs/action-service.md for every status)."""
+    if not _authorized(request):
+        return _unauthorized()
+    header_key = request.headers.get("Idempotency-Key", "")
+    if not header_key:
+        return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        return error_reply(413, f"body is over {MAX_BODY_BYTES} bytes", None)
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return error_reply(413, f"body is over {MAX_BODY_BYTES} bytes", None)
+    try:
+        action = Action.from_json(raw)
+    except ActionError as exc:
+        return error_reply(422, exc.reason, exc.field)
+    if header_key != action.idempotency_key:
+        return error_reply(
+            422, "idempotency_key: must equal the Idempotency-Key header", "idempotency_key"
+        )
+    metrics = request.app[METRICS]
+    in_flight = request.app[IN_FLIGHT]
+    key = action.idempotency_key
+    if key in in_flight:
+        metrics.conflicts.labels("in_flight").inc()
+        return error_reply(
+            409, "a request with this Idempotency-Key is in flight", "idempotency_key"
+        )
+    in_flight.add(key)
+    try:
+        result = await request.app[STORE].apply(action)
+    finally:
+        in_flight.discard(key)
+    if result.verdict == "created":
+        body = render_result(action, result)
+        metrics.effects.labels(action.type, body["outcome"]).inc()
+        logger.info(
+            "action applied key=%s type=%s card_id=%s outcome=%s effect_id=%s",
+            key,
+            action.type,
+            action.card_id,
+            body["outcome"],
+            body["effect_id"],
+        )
+        return json_reply(body, 201, {"Location": f"/v1/actions/{key}"})
+    if result.verdict == "replay":
+        metrics.replays.labels(action.type).inc()
+        logger.info("action replay absorbed key=%s type=%s", key, action.type)
+        return json_reply(render_result(action, result), 200, {"Idempotent-Replayed": "true"})
+    if result.verdict == "mismatch":
+        metrics.conflicts.labels("payload_mismatch").inc()
+        return error_reply(
+            422,
+            "idempotency_key: already used for a different action "
+            "(type, card_id, txn_id or ts_ms differ)",
+            "idempotency_key",
+        )
+    if result.verdict == "gone":
+        metrics.gone.inc()
+        age_s = (result.now_ms - action.decided_at_ms) / 1000
+        logger.warning("action refused as too old key=%s age_s=%.0f", key, age_s)
+        return error_reply(
+            410,
+            f"decided_at_ms: the action was decided {age_s:.0f} s ago, past the key retention "
+            "minus the safety margin; applying it now could apply it twice",
+            "decided_at_ms",
+        )
+    return error_reply(
+        422,
+        "decided_at_ms: is further in the future than the allowed clock skew (the margin)",
+        "decided_at_ms",
+    )
+
+
+async def get_action(request: web.Request) -> web.Response:
+    """The stored record of an idempotency key, 404 if unknown or expired."""
+    if not _authorized(request):
+        return _unauthorized()
+    key = request.match_info["idempotency_key"]
+    if not KEY_RE.fullmatch(key):
+        return error_reply(
+            422, "idempotency_key: must be 32 lower-case hex characters", "idempotency_key"
+        )
+    found = await request.app[STORE].record(key)
+    if found is None:
+        return error_reply(
+            404, "no record for this idempotency key (never applied, or expired)", None
+        )
+    record, pttl = found
+    return json_reply(render_record(record, pttl))
+
+
+async def get_card(request: web.Request) -> web.Response:
+    """A card's status (active/frozen), why and when it was frozen, and its alerts."""
+    if not _authorized(request):
+        return _unauthorized()
+    card_id = request.match_info["card_id"]
+    if not _CARD_ID_RE.fullmatch(card_id):
+        return error_reply(422, "card_id: must be 1..64 characters of [A-Za-z0-9_.:-]", "card_id")
+    fields, alerts = await request.app[STORE].card(card_id)
+    return json_reply(render_card(card_id, fields, alerts))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process serves HTTP."""
+    return json_reply({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: Redis answers PING within the configured timeout."""
+    timeout = request.app[SETTINGS].action_redis_timeout_s
+    try:
+        await asyncio.wait_for(request.app[STORE].ping(), timeout)
+    except (RedisError, TimeoutError, OSError) as exc:
+        logger.warning("not ready: redis unreachable error=%s", type(exc).__name__)
+        return json_reply(
+            {"status": "unavailable", "error": "redis is unreachable"},
+            503,
+            {"Retry-After": str(RETRY_AFTER_S)},
+        )
+    return json_reply({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition of this app's registry."""
+    return web.Response(
+        body=request.app[METRICS].exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+async def openapi(request: web.Request) -> web.Response:
+    """The OpenAPI 3 description of this service."""
+    return json_reply(build_openapi())
+
+
+def setup_routes(app: web.Application) -> None:
+    """Mount every route (GET routes answer GET only, exactly as /openapi.json says)."""
+    app.router.add_post("/v1/actions", post_action)
+    app.router.add_get("/v1/actions/{idempotency_key}", get_action, allow_head=False)
+    app.router.add_get("/v1/cards/{card_id}", get_card, allow_head=False)
+    app.router.add_get("/healthz", healthz, allow_head=False)
+    app.router.add_get("/readyz", readyz, allow_head=False)
+    app.router.add_get("/metrics", metrics, allow_head=False)
+    app.router.add_get("/openapi.json", openapi, allow_head=False)

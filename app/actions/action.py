@@ -1,0 +1,181 @@
+"""The Action record (topic `actions`, POST /v1/actions body) and its strict parser."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Final, Literal
+
+import orjson
+
+from app.actions.key import ACTION_TYPES, KEY_RE, ActionType, idempotency_key
+from app.transactions.contract import MIN_TS_MS
+
+#: 2100-01-01T00:00:00Z: a generous upper bound that keeps every ms timestamp exact in a
+#: double (Redis Lua numbers) and rejects obviously wrong units (µs, ns).
+MAX_TS_MS: Final = 4_102_444_800_000
+_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+_MODEL_VERSION_RE: Final = re.compile(r"[\x20-\x7e]{1,128}")
+
+ActionErrorCode = Literal[
+    "invalid_json",
+    "not_object",
+    "missing_field",
+    "unknown_field",
+    "wrong_type",
+    "out_of_range",
+    "bad_format",
+    "key_mismatch",
+]
+
+
+class ActionError(ValueError):
+    """An action broke the contract: a stable `code`, the offending `field` and a `reason`."""
+
+    def __init__(self, code: ActionErrorCode, field: str | None, reason: str) -> None:
+        super().__init__(reason)
+        self.code: ActionErrorCode = code
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One decided action, exactly the actions contract of design.md."""
+
+    idempotency_key: str
+    type: ActionType
+    card_id: str
+    txn_id: str
+    ts_ms: int
+    score: float
+    model_version: str
+    decided_at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict in contract field order (JSON-ready)."""
+        return asdict(self)
+
+    def to_json(self) -> bytes:
+        """Canonical JSON bytes: the Kafka value and the HTTP body."""
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Action:
+        """Decode and validate JSON bytes; raise ActionError naming the offending field."""
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ActionError("invalid_json", None, f"body is not valid JSON: {exc}") from None
+        return cls.from_dict(obj)
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> Action:
+        """Validate an already-decoded JSON value; raise ActionError naming the field."""
+        return _validate(obj)
+
+
+FIELDS: Final = tuple(Action.__dataclass_fields__)
+
+
+def make_action(
+    action_type: ActionType,
+    *,
+    card_id: str,
+    txn_id: str,
+    ts_ms: int,
+    score: float,
+    model_version: str,
+    decided_at_ms: int,
+) -> Action:
+    """Build a validated Action, deriving its idempotency key from (type, txn_id)."""
+    return _validate(
+        {
+            "idempotency_key": idempotency_key(action_type, txn_id),
+            "type": action_type,
+            "card_id": card_id,
+            "txn_id": txn_id,
+            "ts_ms": ts_ms,
+            "score": score,
+            "model_version": model_version,
+            "decided_at_ms": decided_at_ms,
+        }
+    )
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _string(obj: dict[str, Any], name: str, pattern: re.Pattern[str], what: str) -> str:
+    value = obj[name]
+    if type(value) is not str:
+        raise ActionError("wrong_type", name, f"{name}: must be a string, got {_json_type(value)}")
+    if not pattern.fullmatch(value):
+        raise ActionError("bad_format", name, f"{name}: must be {what}")
+    return value
+
+
+def _timestamp(obj: dict[str, Any], name: str) -> int:
+    value = obj[name]
+    if type(value) is not int:
+        raise ActionError(
+            "wrong_type",
+            name,
+            f"{name}: must be an integer (ms since epoch), got {_json_type(value)}",
+        )
+    if not MIN_TS_MS <= value <= MAX_TS_MS:
+        raise ActionError(
+            "out_of_range", name, f"{name}: {value} is outside [{MIN_TS_MS}, {MAX_TS_MS}]"
+        )
+    return value
+
+
+def _validate(obj: Any) -> Action:
+    if not isinstance(obj, dict):
+        raise ActionError("not_object", None, f"body must be a JSON object, got {_json_type(obj)}")
+    for name in FIELDS:
+        if name not in obj:
+            raise ActionError("missing_field", name, f"{name}: required field is missing")
+    for name in obj:
+        if name not in Action.__dataclass_fields__:
+            shown = str(name)[:64]
+            raise ActionError("unknown_field", shown, f"{shown}: unknown field")
+    action_type = obj["type"]
+    if type(action_type) is not str:
+        raise ActionError(
+            "wrong_type", "type", f"type: must be a string, got {_json_type(action_type)}"
+        )
+    if action_type not in ACTION_TYPES:
+        raise ActionError("bad_format", "type", f"type: must be one of {', '.join(ACTION_TYPES)}")
+    card_id = _string(obj, "card_id", _ID_RE, "1..64 characters of [A-Za-z0-9_.:-]")
+    txn_id = _string(obj, "txn_id", _ID_RE, "1..64 characters of [A-Za-z0-9_.:-]")
+    key = _string(obj, "idempotency_key", KEY_RE, "32 lower-case hex characters")
+    if key != idempotency_key(action_type, txn_id):
+        raise ActionError(
+            "key_mismatch",
+            "idempotency_key",
+            "idempotency_key: is not idempotency_key(type, txn_id) (see app.actions.key)",
+        )
+    ts_ms = _timestamp(obj, "ts_ms")
+    score = obj["score"]
+    if type(score) not in (int, float):
+        raise ActionError(
+            "wrong_type", "score", f"score: must be a number, got {_json_type(score)}"
+        )
+    if not (math.isfinite(score) if type(score) is float else abs(score) <= 2**53):
+        raise ActionError("out_of_range", "score", "score: must be a finite number")
+    model_version = _string(
+        obj, "model_version", _MODEL_VERSION_RE, "1..128 printable ASCII characters"
+    )
+    decided_at_ms = _timestamp(obj, "decided_at_ms")
+    return Action(
+        key, action_type, card_id, txn_id, ts_ms, float(score), model_version, decided_at_ms
+    )

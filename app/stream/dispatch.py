@@ -1,0 +1,83 @@
+"""The dispatch agent: POST every action to the action service until it lands, or dead-letter it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+
+import faust
+
+from app.actions.action import Action, ActionError
+from app.actions.delivery import ActionDeliverer, DeliveryResult, Rejected
+from app.settings import Settings
+from app.stream import topics
+from app.stream.records import OutRecord, SourceMessage, rejected_record
+
+log = logging.getLogger(__name__)
+
+
+async def dispatch_batch(
+    deliverer: ActionDeliverer, batch: Sequence[SourceMessage]
+) -> list[OutRecord]:
+    """Deliver a batch concurrently; returns the actions.dlq records for what was refused.
+
+    `deliver` retries retryable failures without limit, so this returns only when every action
+    is delivered or refused for good: while the service is down the agent stops pulling, lag
+    grows, and no offset is committed past an undelivered action.
+    """
+    dlq: list[OutRecord] = []
+    parsed: list[tuple[SourceMessage, Action]] = []
+    for msg in batch:
+        try:
+            parsed.append((msg, Action.from_json(msg.value)))
+        except ActionError as exc:
+            dlq.append(rejected_record(topics.ACTIONS_DLQ, msg, code=f"invalid_{exc.code}",
+                                       reason=str(exc), field=exc.field))
+    results = await _deliver_in_card_order(deliverer, [action for _, action in parsed])
+    for (msg, action), result in zip(parsed, results, strict=True):
+        if isinstance(result, Rejected):
+            log.warning("action %s refused with %d: dead-lettered", action.idempotency_key,
+                        result.status)
+            dlq.append(rejected_record(topics.ACTIONS_DLQ, msg, code=f"http_{result.status}",
+                                       reason=result.body))
+    return dlq
+
+
+async def _deliver_in_card_order(
+    deliverer: ActionDeliverer, actions: Sequence[Action]
+) -> list[DeliveryResult]:
+    """Deliver concurrently across cards, strictly in log order within a card.
+
+    A card's actions share a partition, so log order is decision order; keeping it means the
+    transaction that froze a card is always the first one that decided to, as the oracle says.
+    """
+    by_card: dict[str, list[int]] = defaultdict(list)
+    for i, action in enumerate(actions):
+        by_card[action.card_id].append(i)
+    results: list[DeliveryResult | None] = [None] * len(actions)
+
+    async def run(indices: list[int]) -> None:
+        for i in indices:
+            results[i] = await deliverer.deliver(actions[i])
+
+    await asyncio.gather(*(run(ix) for ix in by_card.values()))
+    return [r for r in results if r is not None]
+
+
+def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> None:
+    """Register the `dispatch` agent on `app`; `send` produces OutRecords (FraudApp.send)."""
+    source = app.topic(settings.topic(topics.ACTIONS), key_type=bytes, value_type=bytes,
+                       key_serializer="raw", value_serializer="raw",
+                       partitions=settings.topic_partitions, replicas=settings.topic_replication)
+
+    @app.agent(source, name="dispatch")
+    async def dispatch(stream: faust.StreamT) -> None:  # pragma: no cover - end to end
+        async with ActionDeliverer(settings) as deliverer:
+            async for events in stream.take_events(settings.dispatch_concurrency * 4,
+                                                   within=settings.max_wait_s):
+                batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
+                                       e.message.key, e.message.value) for e in events]
+                dlq = await dispatch_batch(deliverer, batch)
+                await send(dlq)  # type: ignore[operator]

@@ -1,0 +1,93 @@
+"""App factory and store guards, and the Lua script's shape (no network)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.action_service.app import create_app
+from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS
+from app.action_service.store import ActionStore, apply_script_source, render_card
+from app.settings import load_settings
+
+
+def test_empty_token_is_refused():
+    with pytest.raises(ValueError, match="ACTION_TOKEN"):
+        create_app(load_settings({}, action_token=""))
+
+
+@pytest.mark.parametrize(("ttl", "margin"), [(3600, 3600), (3600, 7200), (3600, -1)])
+def test_margin_must_be_below_ttl(ttl, margin):
+    settings = load_settings({}, idempotency_ttl_s=ttl, idempotency_margin_s=margin)
+    with pytest.raises(ValueError, match="MARGIN"):
+        create_app(settings)
+
+
+def test_factory_builds_without_connecting():
+    calls: list[object] = []
+    settings = load_settings({}, action_token="t")
+    app = create_app(settings, redis_client_factory=lambda s: calls.append(s))  # type: ignore[arg-type,return-value]
+    assert calls == []  # the client is built by cleanup_ctx, at startup, not here
+    assert app[SETTINGS] is settings
+    assert app[IN_FLIGHT] == set()
+    assert b"action_service_requests_total" in app[METRICS].exposition()
+
+
+def test_two_apps_have_independent_metrics():
+    a = create_app(load_settings({}, action_token="t"))
+    b = create_app(load_settings({}, action_token="t"))
+    a[METRICS].gone.inc()
+    assert b"action_service_gone_total 1.0" in a[METRICS].exposition()
+    assert b"action_service_gone_total 0.0" in b[METRICS].exposition()
+
+
+class _NoRedis:
+    def register_script(self, source: str) -> object:
+        return object()
+
+
+@pytest.mark.parametrize(
+    ("ttl_ms", "margin_ms", "alerts"), [(0, 0, 1), (1000, 1000, 1), (1000, -1, 1), (1000, 10, 0)]
+)
+def test_store_guards(ttl_ms, margin_ms, alerts):
+    with pytest.raises(ValueError):
+        ActionStore(_NoRedis(), ttl_ms=ttl_ms, margin_ms=margin_ms, alerts_per_card=alerts)  # type: ignore[arg-type]
+
+
+def test_store_max_age_is_ttl_minus_margin():
+    store = ActionStore(_NoRedis(), ttl_ms=86_400_000, margin_ms=3_600_000, alerts_per_card=5)  # type: ignore[arg-type]
+    assert store.max_age_ms == 82_800_000
+
+
+def test_script_checks_everything_before_its_first_write():
+    lines = apply_script_source().splitlines()
+    assert lines[0] == "#!lua"
+    code = [line.split("--")[0] for line in lines]
+    writes = [
+        i
+        for i, line in enumerate(code)
+        if any(
+            w in line for w in ("'HSET'", "'XADD'", "'RPUSH'", "'LTRIM'", "'HINCRBY'", "'PEXPIRE'")
+        )
+    ]
+    checks = [
+        i
+        for i, line in enumerate(code)
+        if "return {'gone'" in line
+        or "return {'future'" in line
+        or "return {'mismatch'" in line
+        or "expect_type(pair" in line
+    ]
+    assert writes and checks
+    assert max(checks) < min(writes)
+
+
+def test_card_view_of_an_unknown_card():
+    assert render_card("c", {}, []) == {
+        "card_id": "c",
+        "status": "active",
+        "frozen_at_ms": None,
+        "reason": None,
+        "txn_id": None,
+        "alerts_total": 0,
+        "alerts": [],
+    }
