@@ -53,3 +53,38 @@ def wait_drained(settings: Settings, workers: Sequence[Spawned], *, expected: in
 
 def read(settings: Settings, logical: str) -> list[Record]:
     return asyncio.run(read_topic(settings, settings.topic(logical), timeout_s=120.0))
+
+
+def produce(settings: Settings, logical: str, records: Sequence[tuple[bytes | None, bytes]],
+            rate: float | None = None) -> None:
+    """Produce (key, value) records to a pipeline topic, in order."""
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                    acks="all", enable_idempotence=True)
+        await producer.start()
+        try:
+            t0 = time.monotonic()
+            for i, (key, value) in enumerate(records):
+                if rate:
+                    ahead = i / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)  # pacing to the requested rate
+                await producer.send(settings.topic(logical), value=value, key=key)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def effects(redis_url: str) -> list[dict[str, str]]:
+    """Every entry of the action service's `effects` stream (the exactly-once ledger)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        return [fields for _id, fields in client.xrange("effects")]
+    finally:
+        client.close()

@@ -88,3 +88,21 @@ def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker") -> Spaw
     argv = [sys.executable, "-m", "app.cli.main", "worker", "--web-port", str(port),
             "--loglevel", "INFO"]
     return Spawned(argv, settings_env(settings), tmp / f"{name}-{port}.log")
+
+
+def spawn_action_service(settings: Settings, tmp: Path, *, port: int | None = None) -> Spawned:
+    """Start `fraudstream action-service` for `settings` (port: settings' or the one given)."""
+    port = port or settings.action_service_port
+    argv = [sys.executable, "-m", "app.cli.main", "action-service", "--port", str(port)]
+    return Spawned(argv, settings_env(settings), tmp / f"action-service-{port}.log")
+
+
+def http_ready(url: str) -> bool:
+    """True when GET `url` answers 200 (used with wait_until)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback test URL
+            return resp.status == 200
+    except OSError:
+        return False

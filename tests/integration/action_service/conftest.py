@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -22,28 +21,11 @@ from app.action_service.app import create_app
 from app.actions import Action, make_action
 from app.actions.key import ActionType
 from app.settings import Settings, load_settings
+from tests.support.redisdb import flush_db, with_db
 
 ACTION_DB = 3
 TOKEN = "integration-test-token"
 REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def with_db(url: str, db: int) -> str:
-    """The same Redis URL pointed at database index `db`."""
-    parts = urlsplit(url)
-    query = "&".join(q for q in parts.query.split("&") if q and not q.startswith("db="))
-    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", query, parts.fragment))
-
-
-def flush_db(url: str) -> None:
-    """FLUSHDB on exactly the database `url` names (never FLUSHALL)."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        client.flushdb()
-    finally:
-        client.close()
 
 
 @pytest.fixture
