@@ -2,7 +2,7 @@
 -- Record an idempotency key and apply its effect in one atomic step (see docs/action-service.md).
 --
 -- KEYS: 1 idem:<key> (hash)  2 card:<card_id> (hash)  3 card:<card_id>:alerts (list)
---       4 effects (stream)  5 alerts (stream)
+--       4 effects (stream)  5 alerts (stream)  6 stats (hash of durable counters)
 -- ARGV: 1 idempotency_key  2 fingerprint  3 type  4 card_id  5 txn_id  6 ts_ms  7 score
 --       8 model_version  9 decided_at_ms  10 ttl_ms  11 max_age_ms (ttl - margin)
 --       12 max_skew_ms (margin)  13 alerts kept per card  14 freeze reason
@@ -40,6 +40,8 @@ if known[1] then
   if known[1] ~= fingerprint then
     return {'mismatch', now_ms}
   end
+  -- counted in Redis, not only in the process, so it survives service restarts
+  redis.call('HINCRBY', KEYS[6], 'replays', 1)
   return {'replay', now_ms, known[2], known[3], known[4]}
 end
 

@@ -17,6 +17,8 @@ from app.actions.key import action_fingerprint
 EFFECTS_STREAM: Final = "effects"
 #: Stream of queued customer alerts, for a notifier to consume.
 ALERTS_STREAM: Final = "alerts"
+#: Hash of durable counters; field `replays` counts redeliveries absorbed (answered 200 replayed).
+STATS_KEY: Final = "stats"
 
 Verdict = Literal["created", "replay", "mismatch", "gone", "future"]
 _VERDICTS: Final = frozenset(("created", "replay", "mismatch", "gone", "future"))
@@ -82,6 +84,7 @@ class ActionStore:
             card_alerts_key(action.card_id),
             EFFECTS_STREAM,
             ALERTS_STREAM,
+            STATS_KEY,
         ]
         args = [
             action.idempotency_key,
