@@ -1,0 +1,1 @@
+"""Card features: one declaration, the online state, the offline evaluator and the skew audit."""

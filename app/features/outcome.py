@@ -1,0 +1,41 @@
+"""What applying one transaction to a card's state gives: Accepted, Redelivered or Late."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.features.declaration import FeatureValue, feature_dict
+from app.features.vector import FeatureVector
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """First sight of the transaction: folded into the state and scored with `features`."""
+
+    features: FeatureVector
+
+    def as_dict(self) -> dict[str, FeatureValue]:
+        """The features as {name: value} in model input order."""
+        return feature_dict(self.features)
+
+
+@dataclass(frozen=True, slots=True)
+class Redelivered:
+    """A txn_id the card already accepted: not folded again, scored with its first features."""
+
+    features: FeatureVector
+
+    def as_dict(self) -> dict[str, FeatureValue]:
+        """The features as {name: value} in model input order."""
+        return feature_dict(self.features)
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """Older than the card's max_ts minus the allowed lateness: neither scored nor folded."""
+
+    reason: str
+    behind_ms: int
+
+
+Outcome = Accepted | Redelivered | Late

@@ -1,0 +1,341 @@
+"""One card's online feature state: exact sliding windows, lateness, redelivery, compact bytes.
+
+What is kept, and why redelivery stays exact after eviction
+------------------------------------------------------------
+The state holds the card's accepted events with ts ≥ max_ts − (max W + L), sorted by
+(ts, arrival). Nothing older can ever count again: a new event that is not late has
+τ ≥ max_ts − L, so its widest window starts after max_ts − max W − L.
+
+A redelivered event must be scored with exactly the features it had the first time. A
+rescan of the buffer is NOT exact: an event e stays buffered while ts(e) ≥ cutoff, but the
+events that counted for e only had ts > ts(e) − max W, and those below the cutoff are gone
+(e at 24h counted an event at 1 ms; once max_ts passes 48h + L − 1 that event is evicted
+while e is still remembered). Keeping the buffer twice as long would fix that at double the
+size and an O(n) rescan per redelivery. Instead each buffered event carries its integer
+primitives (vector.LAYOUT: per window count/sum/max, the distinct counts, ms_since_prev;
+15 int64 here, 120 bytes). A redelivery looks them up by txn_id and re-derives the floats with
+the same pure `vector.derive`, so the vector is bit-for-bit the first one, whatever was
+accepted since. A txn_id is forgotten exactly when its event is evicted; such a redelivery
+is then late by the normal rule (ts < max_ts − max W − L < max_ts − L).
+
+Cost: an in-order event (ts ≥ max_ts) is O(1) amortized: per window a running sum, a start
+pointer advanced as τ moves, a monotonic deque for the max, and per distinct feature a
+value → count map. An out-of-order event (within L) scans the buffer for its features
+(C-speed slices and bisects), is inserted in ts order (O(n) memmove) and patches the running
+aggregates (O(deque)); a redelivery finds its event by a linear search. Evicted slots are
+compacted lazily (amortized O(1)).
+
+Bytes (`to_bytes`): format byte, layout signature (crc32 of the declaration's primitive
+layout: a state written under another declaration is refused), max_ts, the buffer as
+little-endian int64 arrays (ts, amount, primitives), the max deques, and txn_id / merchant /
+country strings joined by NUL (the contract's id alphabet has no NUL; apply refuses one).
+Running sums, pointers and distinct counts are recomputed on load (C-speed slices).
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+from collections import Counter, deque
+from itertools import chain
+from operator import attrgetter
+from typing import Final
+
+from app.features.outcome import Accepted, Late, Outcome, Redelivered
+from app.features.vector import LAYOUT, FeatureVector, derive
+from app.transactions.contract import Transaction
+
+__all__ = ["FORMAT_VERSION", "Accepted", "CardState", "Late", "Outcome", "Redelivered"]
+
+FORMAT_VERSION: Final = 1
+_HEADER: Final = struct.Struct("<BIqI")  # version, layout signature, max_ts, events
+_WINDOWS: Final = LAYOUT.windows
+_NW: Final = len(_WINDOWS)
+_MAX_W: Final = _WINDOWS[-1]
+_WIDTH: Final = LAYOUT.width
+_FIELDS: Final = LAYOUT.distinct_fields
+#: (index into _FIELDS, window index) per distinct feature.
+_DISTINCT: Final = tuple((_FIELDS.index(f), w) for f, w in LAYOUT.distinct)
+_DISTINCT_BY_WINDOW: Final = tuple(
+    tuple((j, fi) for j, (fi, w) in enumerate(_DISTINCT) if w == i) for i in range(_NW))
+#: (window index, length, distinct features leaving with it) in primitive order.
+_WINDOW_PLAN: Final = tuple((i, w, _DISTINCT_BY_WINDOW[i]) for i, w in enumerate(_WINDOWS))
+_DISTINCT_FIELDS: Final = tuple((j, fi) for j, (fi, _) in enumerate(_DISTINCT))
+_SINCE_WINDOWS: Final = tuple(_WINDOWS[wi] for wi in LAYOUT.since)
+_DBASE: Final = 3 * _NW
+_SBASE: Final = _DBASE + len(_DISTINCT)
+_LENGTHS: Final = struct.Struct(f"<{_NW}I{1 + len(_FIELDS)}I")
+_COMPACT_MIN: Final = 64
+_SEP: Final = "\x00"
+_getter = attrgetter(*_FIELDS)
+
+
+def _field_values(txn: Transaction) -> tuple[str, ...]:
+    got = _getter(txn)
+    return got if len(_FIELDS) > 1 else (got,)
+
+
+def _le(a: array) -> bytes:
+    if sys.byteorder != "little":  # pragma: no cover - the format is little-endian
+        a = array(a.typecode, a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def _from_le(raw: memoryview) -> array:
+    a = array("q")
+    a.frombytes(raw)
+    if sys.byteorder != "little":  # pragma: no cover
+        a.byteswap()
+    return a
+
+
+class CardState:
+    """One card's mutable feature state (see the module docstring for what is kept and why)."""
+
+    __slots__ = ("_max_ts", "_ts", "_amt", "_prims", "_vals", "_txn", "_txn_set", "_head",
+                 "_start", "_sum", "_maxq", "_counts")
+
+    def __init__(self) -> None:
+        self._max_ts = 0  # meaningful only while the buffer is non-empty
+        self._ts = array("q")
+        self._amt = array("q")
+        self._prims = array("q")
+        self._vals: tuple[list[str], ...] = tuple([] for _ in _FIELDS)
+        self._txn: list[str] = []
+        self._txn_set: set[str] = set()
+        self._head = 0
+        self._start = [0] * _NW
+        self._sum = [0] * _NW
+        self._maxq: list[deque[tuple[int, int]]] = [deque() for _ in range(_NW)]
+        self._counts: list[dict[str, int]] = [{} for _ in _DISTINCT]
+
+    @classmethod
+    def empty(cls) -> CardState:
+        """The state of a card never seen."""
+        return cls()
+
+    def __len__(self) -> int:
+        """Buffered (accepted, not yet evicted) events."""
+        return len(self._ts) - self._head
+
+    @property
+    def max_ts(self) -> int | None:
+        """Largest ts accepted so far, None for a card never seen."""
+        return self._max_ts if len(self) else None
+
+    def apply(self, txn: Transaction, *, allowed_lateness_ms: int) -> Outcome:
+        """Score one transaction of this card, in the card's log order, and fold it in if new.
+
+        A txn_id still remembered is Redelivered with its first features (whatever its
+        content now); otherwise ts < max_ts − allowed_lateness_ms is Late; else Accepted.
+        Neither Redelivered nor Late changes the state.
+        """
+        if allowed_lateness_ms < 0:
+            raise ValueError(f"allowed_lateness_ms must be >= 0, got {allowed_lateness_ms}")
+        tid = txn.txn_id
+        if tid in self._txn_set:
+            return Redelivered(self._first_features(tid))
+        ts = txn.ts_ms
+        live = len(self._ts) - self._head
+        if live and ts < self._max_ts - allowed_lateness_ms:
+            behind = self._max_ts - ts
+            return Late(f"ts {ts} is {behind} ms behind the card's max_ts {self._max_ts} "
+                        f"(allowed lateness {allowed_lateness_ms} ms)", behind)
+        vals = _field_values(txn)
+        if _SEP in tid or _SEP in "".join(vals):
+            raise ValueError("ids must not contain NUL (validate with the transaction contract)")
+        if not live or ts >= self._max_ts:
+            prims = self._append(tid, ts, txn.amount_minor, vals, live)
+        else:
+            prims = self._insert(tid, ts, txn.amount_minor, vals)
+        self._evict(self._max_ts - _MAX_W - allowed_lateness_ms)
+        return Accepted(derive(prims, txn.amount_minor))
+
+    # --- in-order: O(1) amortized ------------------------------------------------------------
+
+    def _append(self, tid: str, ts: int, amt: int, vals: tuple[str, ...], live: int) -> list[int]:
+        ts_arr, amt_arr, counts, allvals = self._ts, self._amt, self._counts, self._vals
+        starts, sums, maxq = self._start, self._sum, self._maxq
+        n = len(ts_arr)
+        prims: list[int] = []
+        for i, w, leaving in _WINDOW_PLAN:
+            bound = ts - w
+            s = starts[i]
+            total = sums[i] + amt
+            if s < n and ts_arr[s] <= bound:
+                while s < n and ts_arr[s] <= bound:
+                    total -= amt_arr[s]
+                    for j, fi in leaving:
+                        c = counts[j]
+                        v = allvals[fi][s]
+                        k = c[v] - 1
+                        if k:
+                            c[v] = k
+                        else:
+                            del c[v]
+                    s += 1
+                starts[i] = s
+            sums[i] = total
+            q = maxq[i]
+            while q and q[0][0] <= bound:
+                q.popleft()
+            while q and q[-1][1] <= amt:
+                q.pop()
+            q.append((ts, amt))
+            prims += (n + 1 - s, total, q[0][1])
+        for j, fi in _DISTINCT_FIELDS:
+            c = counts[j]
+            v = vals[fi]
+            c[v] = c.get(v, 0) + 1
+            prims.append(len(c))
+        prev = self._max_ts
+        for w in _SINCE_WINDOWS:
+            prims.append(ts - prev if live and prev > ts - w else -1)
+        ts_arr.append(ts)
+        amt_arr.append(amt)
+        self._prims.extend(prims)
+        for fi, v in enumerate(vals):
+            allvals[fi].append(v)
+        self._txn.append(tid)
+        self._txn_set.add(tid)
+        self._max_ts = ts
+        return prims
+
+    # --- out of order (within L): rescan --------------------------------------------------
+
+    def _insert(self, tid: str, ts: int, amt: int, vals: tuple[str, ...]) -> list[int]:
+        ts_arr, amt_arr = self._ts, self._amt
+        h = self._head
+        hi = bisect_right(ts_arr, ts, h)  # every buffered event with ts <= τ arrived before e
+        prims = [0] * _WIDTH
+        lows = [bisect_right(ts_arr, ts - w, h, hi) for w in _WINDOWS]
+        for i, lo in enumerate(lows):
+            part = amt_arr[lo:hi]
+            prims[3 * i] = hi - lo + 1
+            prims[3 * i + 1] = sum(part) + amt
+            prims[3 * i + 2] = max(amt, max(part)) if part else amt
+        for j, (fi, wi) in enumerate(_DISTINCT):
+            seen = set(self._vals[fi][lows[wi]:hi])
+            seen.add(vals[fi])
+            prims[_DBASE + j] = len(seen)
+        for k, wi in enumerate(LAYOUT.since):
+            prims[_SBASE + k] = ts - ts_arr[hi - 1] if hi > lows[wi] else -1
+        ts_arr.insert(hi, ts)
+        amt_arr.insert(hi, amt)
+        self._prims[hi * _WIDTH:hi * _WIDTH] = array("q", prims)
+        for fi, v in enumerate(vals):
+            self._vals[fi].insert(hi, v)
+        self._txn.insert(hi, tid)
+        self._txn_set.add(tid)
+        self._fold_in_past(ts, amt, vals)
+        return prims
+
+    def _fold_in_past(self, ts: int, amt: int, vals: tuple[str, ...]) -> None:
+        """Add an event with ts < max_ts to the running aggregates of the windows at max_ts."""
+        for i, w, joining in _WINDOW_PLAN:
+            if ts <= self._max_ts - w:
+                self._start[i] += 1  # inserted before the window's first event
+                continue
+            self._sum[i] += amt
+            for j, fi in joining:
+                c = self._counts[j]
+                c[vals[fi]] = c.get(vals[fi], 0) + 1
+            # deque invariant: an entry stays iff larger than every later event in the window;
+            # entries with ts <= τ precede the new event (it goes after equal timestamps)
+            entries = list(self._maxq[i])
+            k = 0
+            while k < len(entries) and entries[k][0] <= ts:
+                k += 1
+            later = entries[k:]
+            kept = [e for e in entries[:k] if e[1] > amt]
+            if not later or amt > later[0][1]:
+                kept.append((ts, amt))
+            self._maxq[i] = deque(kept + later)
+
+    # --- redelivery, eviction ----------------------------------------------------------------
+
+    def _first_features(self, tid: str) -> FeatureVector:
+        pos = self._txn.index(tid, self._head)
+        return derive(self._prims[pos * _WIDTH:(pos + 1) * _WIDTH], self._amt[pos])
+
+    def _evict(self, cutoff: int) -> None:
+        ts_arr, h, n = self._ts, self._head, len(self._ts)
+        while h < n and ts_arr[h] < cutoff:
+            self._txn_set.discard(self._txn[h])
+            h += 1
+        self._head = h
+        if h >= _COMPACT_MIN and 2 * h >= n:
+            self._compact()
+
+    def _compact(self) -> None:
+        h = self._head
+        if not h:
+            return
+        del self._ts[:h]
+        del self._amt[:h]
+        del self._prims[:h * _WIDTH]
+        for vals in self._vals:
+            del vals[:h]
+        del self._txn[:h]
+        self._start = [s - h for s in self._start]
+        self._head = 0
+
+    # --- bytes ---------------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """The state as compact, versioned bytes (see the module docstring for the layout)."""
+        h = self._head
+        n = len(self._ts) - h
+        txn = _SEP.join(self._txn[h:]).encode()
+        vals = [_SEP.join(v[h:]).encode() for v in self._vals]
+        parts = [
+            _HEADER.pack(FORMAT_VERSION, LAYOUT.signature, self._max_ts if n else 0, n),
+            _LENGTHS.pack(*(len(q) for q in self._maxq), len(txn), *(len(v) for v in vals)),
+            _le(self._ts[h:]), _le(self._amt[h:]), _le(self._prims[h * _WIDTH:]),
+        ]
+        parts.extend(_le(array("q", chain.from_iterable(q))) for q in self._maxq)
+        parts.append(txn)
+        parts.extend(vals)
+        return b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CardState:
+        """Restore a state written by `to_bytes`; raise ValueError for anything else."""
+        if len(data) < _HEADER.size + _LENGTHS.size:
+            raise ValueError(f"card state: {len(data)} bytes is too short")
+        version, signature, max_ts, n = _HEADER.unpack_from(data)
+        if version != FORMAT_VERSION:
+            raise ValueError(f"card state: format {version} is not {FORMAT_VERSION}")
+        if signature != LAYOUT.signature:
+            raise ValueError("card state: written under another feature declaration; rebuild it")
+        lengths = _LENGTHS.unpack_from(data, _HEADER.size)
+        qlens, slens = lengths[:_NW], lengths[_NW:]
+        sizes = [8 * n, 8 * n, 8 * n * _WIDTH, *(16 * k for k in qlens), *slens]
+        if _HEADER.size + _LENGTHS.size + sum(sizes) != len(data):
+            raise ValueError("card state: lengths do not add up (truncated or corrupt)")
+        mv = memoryview(data)
+        off = _HEADER.size + _LENGTHS.size
+        chunks = []
+        for size in sizes:
+            chunks.append(mv[off:off + size])
+            off += size
+        self = cls()
+        self._ts, self._amt, self._prims = (_from_le(c) for c in chunks[:3])
+        strings = [bytes(c).decode().split(_SEP) if n else [] for c in chunks[3 + _NW:]]
+        if any(len(s) != n for s in strings):
+            raise ValueError("card state: string columns do not match the event count")
+        self._txn, self._vals = strings[0], tuple(strings[1:])
+        self._txn_set = set(self._txn)
+        self._max_ts = max_ts
+        for i, w in enumerate(_WINDOWS):
+            s = bisect_right(self._ts, max_ts - w)
+            self._start[i] = s
+            self._sum[i] = sum(self._amt[s:])
+            flat = _from_le(chunks[3 + i])
+            self._maxq[i] = deque(zip(flat[0::2], flat[1::2], strict=True))
+        for j, (fi, wi) in enumerate(_DISTINCT):
+            self._counts[j] = Counter(self._vals[fi][self._start[wi]:])  # a dict subclass
+        return self
