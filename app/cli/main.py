@@ -23,6 +23,9 @@ COMMANDS: dict[str, str] = {
     "audit-skew": "app.cli.features:audit_skew",
     "action-service": "app.cli.action_service:action_service",
     "dispatcher": "app.cli.worker:dispatcher",
+    "train": "app.cli.model:train",
+    "model": "app.cli.model:model",
+    "score": "app.cli.score:score",
 }
 
 

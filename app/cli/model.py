@@ -1,0 +1,194 @@
+"""`fraudstream train` and `fraudstream model list|validate`: the model's offline commands."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import click
+
+from app.settings import load_settings
+
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+_DIR = click.Path(file_okay=False, path_type=Path)
+
+
+def _file_id(path: Path) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"file": path.name, "sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+
+
+def _hidden(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise click.BadParameter("expected comma-separated integers, e.g. 16,8",
+                                 param_hint="--hidden") from None
+    return sizes
+
+
+@click.command("train", context_settings={"max_content_width": 120})
+@click.option("--events", required=True, type=_FILE,
+              help="Transaction log in log order (.jsonl or .parquet).")
+@click.option("--labels", required=True, type=_FILE,
+              help='Labels JSONL {"txn_id", "label", "label_ts_ms"}.')
+@click.option("--out", type=_DIR, default=None,
+              help="Model directory [default: FRAUDSTREAM_MODEL_DIR].")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Random seed: same data and seed give a byte-identical model.onnx.")
+@click.option("--eval-fraction", type=click.FloatRange(0.05, 0.95), default=0.3,
+              show_default=True, help="Later share of the event-time range held out for "
+              "evaluation (the boundary snaps back to a UTC midnight).")
+@click.option("--hidden", default="16,8", show_default=True, help="Hidden layer sizes.")
+@click.option("--max-iter", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Most training epochs.")
+@click.option("--freeze-precision", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.9,
+              show_default=True, help="Freeze threshold: lowest score with this precision.")
+@click.option("--alert-recall", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.9,
+              show_default=True, help="Alert threshold: highest score with this recall.")
+@click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
+              help="Allowed lateness L [default: FRAUDSTREAM_ALLOWED_LATENESS_MS].")
+@click.option("--now-ms", type=int, default=None,
+              help="Validator clock in ms since epoch [default: the wall clock].")
+@click.option("--default/--no-default", "make_default", default=None,
+              help="Make the new model the default [default: only if there is none yet].")
+def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction: float,
+          hidden: str, max_iter: int, freeze_precision: float, alert_recall: float,
+          lateness_ms: int | None, now_ms: int | None, make_default: bool | None) -> None:
+    """Train the fraud MLP on the earlier days, evaluate on the later days, export ONNX + card."""
+    from app.features.offline import compute_features, read_log
+    from app.features.training_set import build_training_set, read_labels
+    from app.scoring.registry import DEFAULT_FILE, ModelRegistry
+    from app.scoring.trainer import TrainConfig, train_model
+
+    settings = load_settings()
+    model_dir = settings.model_dir if out is None else out
+    lateness = settings.allowed_lateness_ms if lateness_ms is None else lateness_ms
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    try:
+        config = TrainConfig(seed=seed, eval_fraction=eval_fraction, hidden=_hidden(hidden),
+                             max_iter=max_iter, freeze_precision=freeze_precision,
+                             alert_recall=alert_recall)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    began = time.perf_counter()
+    offline = compute_features(read_log(events), allowed_lateness_ms=lateness, now_ms=now,
+                               max_bytes=settings.max_message_bytes)
+    try:
+        joined = build_training_set(offline, read_labels(labels))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--labels") from None
+    click.echo(f"features: {offline.summary()}; labels joined {joined.joined}, "
+               f"not joined {joined.unmatched_total} {joined.unmatched}")
+    created_from = {
+        "events": _file_id(events), "labels": _file_id(labels),
+        "allowed_lateness_ms": lateness, "now_ms": now,
+        "offline": {"accepted": offline.accepted, "late": offline.late,
+                    "redelivered": offline.redelivered, "malformed": offline.malformed_total},
+        "labels_joined": joined.joined, "labels_not_joined": dict(joined.unmatched),
+    }
+    try:
+        model = train_model(joined.table, config, created_from=created_from)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    registry = ModelRegistry(model_dir, device="cpu")
+    first = not (model_dir / DEFAULT_FILE).exists()
+    is_default = first if make_default is None else make_default
+    path = registry.add(model.version, model.onnx_bytes, model.card, make_default=is_default)
+    metrics = model.card["metrics"]["eval"]
+    data = model.card["data"]
+    click.echo(f"model {model.version} -> {path} ({len(model.onnx_bytes):,} bytes)"
+               + (" [default]" if is_default else ""))
+    click.echo(f"split at {data['split']['boundary_utc']}: train {data['train_rows']:,} rows "
+               f"({data['train_positives']:,} fraud), eval {data['eval_rows']:,} rows "
+               f"({data['eval_positives']:,} fraud)")
+    click.echo(f"eval ROC AUC {metrics['roc_auc']:.4f}, PR AUC {metrics['pr_auc']:.4f}")
+    for name in ("freeze", "alert"):
+        m = metrics[name]
+        click.echo(f"  {name} >= {m['threshold']:.6g}: precision {_pct(m['precision'])}, "
+                   f"recall {_pct(m['recall'])}, {m['flagged']:,} flagged")
+    click.echo(f"took {time.perf_counter() - began:.1f}s")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+@click.group("model")
+@click.option("--model-dir", type=_DIR, default=None,
+              help="Model directory [default: FRAUDSTREAM_MODEL_DIR].")
+@click.pass_context
+def model(ctx: click.Context, model_dir: Path | None) -> None:
+    """Inspect and check the models in the model directory."""
+    ctx.obj = load_settings().model_dir if model_dir is None else model_dir
+
+
+@model.command("list")
+@click.pass_obj
+def list_models(model_dir: Path) -> None:
+    """Every model version with its evaluation figures; * marks the default."""
+    from app.scoring.contract import ModelError
+    from app.scoring.registry import ModelRegistry, ModelRegistryError
+
+    registry = ModelRegistry(model_dir, device="cpu")
+    try:
+        default = registry.default_version()
+    except ModelRegistryError:
+        default = None
+    versions = registry.versions()
+    if not versions:
+        click.echo(f"no models in {model_dir}")
+        return
+    for version in versions:
+        mark = "*" if version == default else " "
+        try:
+            card = registry.card(version)
+        except ModelError as exc:
+            click.echo(f"{mark} {version}  INVALID: {exc}")
+            continue
+        ev = card.raw.get("metrics", {}).get("eval", {})
+        click.echo(f"{mark} {version}  roc_auc={ev.get('roc_auc', float('nan')):.4f} "
+                   f"pr_auc={ev.get('pr_auc', float('nan')):.4f} "
+                   f"freeze>={card.thresholds.freeze:.6g} alert>={card.thresholds.alert:.6g}")
+
+
+@model.command("validate")
+@click.argument("version")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True, help="Execution provider to load on (auto: as the worker).")
+@click.pass_obj
+def validate(model_dir: Path, version: str, device: str) -> None:
+    """Load VERSION as the worker would (contract, checksum, graph ops) and score a probe."""
+    import numpy as np
+
+    from app.features.declaration import FEATURE_NAMES
+    from app.scoring.contract import ModelError
+    from app.scoring.registry import ModelRegistry
+    from app.scoring.scorer import Device, features_matrix
+
+    registry = ModelRegistry(model_dir, device=cast(Device, device))
+    try:
+        loaded = registry.load(version)
+    except (ModelError, RuntimeError) as exc:
+        raise click.ClickException(f"INVALID: {exc}") from None
+    try:
+        from app.scoring.graph import foreign_ops
+    except ImportError:
+        click.echo("onnx is not installed: graph ops not checked")
+    else:
+        bad = foreign_ops((loaded.path / "model.onnx").read_bytes())
+        if bad:
+            raise click.ClickException(f"INVALID: ops without a CUDA kernel in the allow-list: "
+                                       f"{', '.join(bad)}")
+    probe = features_matrix([tuple(0 for _ in FEATURE_NAMES), tuple(1 for _ in FEATURE_NAMES)])
+    scores = loaded.scorer.score(probe)
+    if scores.shape != (2,) or not np.isfinite(scores).all():
+        raise click.ClickException(f"INVALID: probe scores {scores!r}")
+    click.echo(f"OK {version}: {len(FEATURE_NAMES)} features, provider "
+               f"{loaded.scorer.active_provider}, thresholds freeze>={loaded.thresholds.freeze:.6g}"
+               f" alert>={loaded.thresholds.alert:.6g}")

@@ -1,0 +1,88 @@
+"""`fraudstream score`: the offline oracle, the actions a log must yield, as JSONL."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import click
+import orjson
+
+from app.settings import load_settings
+
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+_OUT = click.Path(dir_okay=False, writable=True, path_type=Path)
+
+
+def _write_jsonl(path: Path, lines: Iterable[bytes]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with tmp.open("wb") as fh:
+            fh.writelines(line + b"\n" for line in lines)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@click.command("score", context_settings={"max_content_width": 120})
+@click.option("--events", required=True, type=_FILE,
+              help="Transaction log in log order (.jsonl or .parquet).")
+@click.option("--out", required=True, type=_OUT, help="Actions JSONL, one action per line.")
+@click.option("--model", "version", default=None,
+              help="Model version [default: the one named by <model dir>/DEFAULT].")
+@click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Model directory [default: FRAUDSTREAM_MODEL_DIR].")
+@click.option("--served-out", type=_OUT, default=None,
+              help="Also write every scored transaction (features, score, model_version) as "
+              "features.served-shaped JSONL (audit-skew --served reads it).")
+@click.option("--freeze", type=click.FloatRange(0.0, 1.0), default=None,
+              help="Override the card's freeze threshold.")
+@click.option("--alert", type=click.FloatRange(0.0, 1.0), default=None,
+              help="Override the card's alert threshold.")
+@click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
+              help="Allowed lateness L [default: FRAUDSTREAM_ALLOWED_LATENESS_MS].")
+@click.option("--now-ms", type=int, default=None,
+              help="Validator clock in ms since epoch [default: the wall clock].")
+def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
+          served_out: Path | None, freeze: float | None, alert: float | None,
+          lateness_ms: int | None, now_ms: int | None) -> None:
+    """Score a log offline (same features, model and policy as the worker) → actions JSONL.
+
+    Accepted transactions are scored once, in log order, on CPU; malformed and late lines
+    yield nothing, nor does a redelivery. decided_at_ms is the transaction's ts_ms.
+    """
+    from app.features.offline import read_log
+    from app.scoring.contract import ModelError
+    from app.scoring.oracle import run_oracle
+    from app.scoring.registry import ModelRegistry
+
+    settings = load_settings()
+    registry = ModelRegistry(settings.model_dir if model_dir is None else model_dir, device="cpu")
+    try:
+        loaded = registry.load(version)
+        thresholds = loaded.thresholds.override(freeze=freeze, alert=alert)
+    except ModelError as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    began = time.perf_counter()
+    run = run_oracle(
+        read_log(events), loaded, thresholds=thresholds,
+        allowed_lateness_ms=settings.allowed_lateness_ms if lateness_ms is None else lateness_ms,
+        now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+        max_bytes=settings.max_message_bytes,
+    )
+    _write_jsonl(out, (a.to_json() for a in run.actions))
+    if served_out is not None:
+        _write_jsonl(served_out, (orjson.dumps(row) for row in run.served_rows()))
+    elapsed = time.perf_counter() - began
+    click.echo(f"model {run.model_version} on {loaded.scorer.active_provider}: freeze>="
+               f"{thresholds.freeze:.6g} alert>={thresholds.alert:.6g}")
+    click.echo(run.offline.summary())
+    counts = " ".join(f"{kind}={n}" for kind, n in run.counts.items())
+    click.echo(f"scored {run.offline.accepted} transactions -> {len(run.actions)} actions "
+               f"({counts}); {len(run.boundary_txn_ids)} boundary decisions (|score - "
+               f"threshold| <= 1e-5)")
+    click.echo(f"took {elapsed:.1f}s -> {out}" + (f", {served_out}" if served_out else ""))

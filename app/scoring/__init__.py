@@ -1,0 +1,1 @@
+"""Scoring: model contract, ONNX scorer, registry, decision policy, training and the oracle."""

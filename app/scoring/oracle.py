@@ -1,0 +1,125 @@
+"""The offline oracle: the same features, model and policy over a log → the actions it must yield.
+
+Per line in log order: malformed and late lines yield nothing; a redelivered transaction
+yields nothing more (online it re-sends the same idempotency keys, which the action service
+absorbs); every accepted transaction is scored once and decided by the policy. Actions carry
+decided_at_ms = the transaction's ts_ms (the oracle has no wall clock; the action contract
+needs a real timestamp, so 0 is not an option). Compare live and oracle actions by
+(idempotency_key, type, card_id, txn_id, ts_ms), and score/model_version when the same
+model ran on the same provider; never by decided_at_ms.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from app.actions import ACTION_TYPES, Action
+from app.features.declaration import FEATURE_NAMES
+from app.features.offline import OfflineResult, compute_features
+from app.scoring.policy import Thresholds, build_actions, near_threshold
+from app.scoring.registry import LoadedModel, ModelRegistry
+from app.scoring.scorer import features_matrix
+from app.transactions.contract import DEFAULT_MAX_BYTES
+
+#: Rows scored per session call (memory bound; CPU scores do not depend on it).
+CHUNK_ROWS: Final = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class _Txn:
+    txn_id: str
+    card_id: str
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OracleRun:
+    """The oracle's actions and what it saw on the way."""
+
+    actions: list[Action]
+    model_version: str
+    thresholds: Thresholds
+    offline: OfflineResult
+    scores: np.ndarray  # float32, one per accepted row (offline.table order)
+    boundary_txn_ids: frozenset[str]  # scores within policy.BOUNDARY_EPS of a threshold
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Actions per type (every type listed)."""
+        seen = Counter(a.type for a in self.actions)
+        return {t: seen.get(t, 0) for t in ACTION_TYPES}
+
+    def served_rows(self) -> Iterator[dict[str, Any]]:
+        """A features.served-shaped row per scored transaction (audit-skew reads them)."""
+        table = self.offline.table
+        ids = table.column("txn_id").to_pylist()
+        cards = table.column("card_id").to_pylist()
+        times = table.column("ts_ms").to_pylist()
+        columns = [table.column(n).to_pylist() for n in FEATURE_NAMES]
+        for i, values in enumerate(zip(*columns, strict=True)):
+            yield {
+                "txn_id": ids[i], "card_id": cards[i], "ts_ms": times[i],
+                "features": dict(zip(FEATURE_NAMES, values, strict=True)),
+                "score": float(self.scores[i]), "model_version": self.model_version,
+                "redelivered": False,
+            }
+
+
+def score_table(model: LoadedModel, offline: OfflineResult) -> np.ndarray:
+    """Scores of every accepted row, via the shared features_matrix conversion."""
+    table = offline.table
+    parts = []
+    for start in range(0, table.num_rows, CHUNK_ROWS):
+        chunk = table.slice(start, CHUNK_ROWS)
+        columns = [chunk.column(n).to_pylist() for n in FEATURE_NAMES]
+        parts.append(model.scorer.score(features_matrix(list(zip(*columns, strict=True)))))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+
+
+def run_oracle(
+    lines: Iterable[bytes],
+    model: LoadedModel | ModelRegistry,
+    *,
+    allowed_lateness_ms: int,
+    now_ms: int,
+    version: str | None = None,
+    thresholds: Thresholds | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> OracleRun:
+    """Features → scores → policy over a log, in log order (see the module docstring)."""
+    loaded = model if isinstance(model, LoadedModel) else model.load(version)
+    policy = loaded.thresholds if thresholds is None else thresholds
+    offline = compute_features(lines, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
+                               max_bytes=max_bytes)
+    scores = score_table(loaded, offline)
+    table = offline.table
+    actions: list[Action] = []
+    boundary: set[str] = set()
+    rows = zip(table.column("txn_id").to_pylist(), table.column("card_id").to_pylist(),
+               table.column("ts_ms").to_pylist(), scores.tolist(), strict=True)
+    for txn_id, card_id, ts_ms, score in rows:
+        if near_threshold(score, policy):
+            boundary.add(txn_id)
+        actions.extend(build_actions(_Txn(txn_id, card_id, ts_ms), score, loaded.version, ts_ms,
+                                     thresholds=policy))
+    return OracleRun(actions, loaded.version, policy, offline, scores, frozenset(boundary))
+
+
+def oracle_actions(
+    lines: Iterable[bytes],
+    model: LoadedModel | ModelRegistry,
+    *,
+    allowed_lateness_ms: int,
+    now_ms: int,
+    version: str | None = None,
+    thresholds: Thresholds | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> list[Action]:
+    """The actions the live system must produce for `lines`, in log order."""
+    return run_oracle(lines, model, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
+                      version=version, thresholds=thresholds, max_bytes=max_bytes).actions

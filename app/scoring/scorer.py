@@ -1,0 +1,124 @@
+"""The ONNX scorer: one onnxruntime session, the one feature-vector conversion, batch scoring.
+
+Determinism: the CPU session runs with one intra-op and one inter-op thread, sequentially,
+so a row's score does not depend on the batch it is scored in (measured: bit-identical for
+batches of 1/8/64/256 and for the whole log at once; tests/unit/scoring asserts it). The
+live worker's micro-batches and the offline oracle's single call therefore agree exactly
+on CPU (across CPU models, kernels with and without FMA may differ in the last bits). On
+CUDA, TF32 is switched off (onnxruntime's CUDA provider enables it by default; its 10-bit
+products could move scores far more than policy.BOUNDARY_EPS); cuBLAS may still differ from
+the CPU by a few ulps, which is what the oracle's boundary flags are for. GPU path unverified
+here: no GPU was available when this was written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol
+
+import numpy as np
+import onnxruntime as ort
+
+from app.features.declaration import FeatureValue
+from app.scoring.contract import DECLARED, OUTPUT_NAME, FeatureSpec, check_io, check_metadata
+
+log = logging.getLogger(__name__)
+
+#: "auto": CUDA when onnxruntime can load it, else CPU; "cpu": CPU only (the oracle);
+#: "cuda": CUDA or refuse to start (RuntimeError).
+Device = Literal["auto", "cpu", "cuda"]
+CUDA: Final = "CUDAExecutionProvider"
+CPU: Final = "CPUExecutionProvider"
+_CUDA_OPTIONS: Final = {"use_tf32": "0"}
+
+
+class Scorer(Protocol):
+    """Scores a float32 [N, F] matrix; what the worker and the oracle depend on."""
+
+    @property
+    def active_provider(self) -> str: ...
+
+    def score(self, matrix: np.ndarray) -> np.ndarray: ...
+
+
+def features_matrix(
+    vectors: Sequence[Sequence[FeatureValue]], *, spec: FeatureSpec = DECLARED
+) -> np.ndarray:
+    """Feature vectors (FEATURE_NAMES order, ints and floats) as the model input, float32 [N, F].
+
+    The one conversion, shared by the online and offline paths: values go through float64
+    (exact for every integer below 2**53 and every float) and are then rounded once to float32.
+    """
+    if len(vectors) == 0:
+        return np.zeros((0, spec.width), dtype=np.float32)
+    wide = np.asarray(vectors, dtype=np.float64)
+    if wide.ndim != 2 or wide.shape[1] != spec.width:
+        raise ValueError(f"feature vectors have shape {wide.shape}, expected (N, {spec.width})")
+    if not np.isfinite(wide).all():
+        row = int(np.flatnonzero(~np.isfinite(wide).all(axis=1))[0])
+        raise ValueError(f"feature vector {row} holds a non-finite value")
+    return wide.astype(np.float32)
+
+
+def session_options() -> ort.SessionOptions:
+    """Single-threaded, sequential execution: batch-size independent results, no core contention."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return opts
+
+
+def _providers(device: Device) -> list[Any]:
+    if device == "cpu":
+        return [CPU]
+    return [(CUDA, dict(_CUDA_OPTIONS)), CPU]
+
+
+class OnnxScorer:
+    """One onnxruntime InferenceSession over a model whose I/O matches the feature declaration.
+
+    Create one per process per model version (ModelRegistry caches them) and reuse it: a
+    session is thread-safe for `run` and costs milliseconds to build.
+    """
+
+    def __init__(
+        self, model: Path | bytes, *, device: Device = "auto", spec: FeatureSpec = DECLARED,
+        name: str = "",
+    ) -> None:
+        source = model if isinstance(model, bytes) else str(model)
+        self.name = name or (model.parent.name if isinstance(model, Path) else "in-memory")
+        self.spec = spec
+        self.requested: tuple[str, ...] = (CPU,) if device == "cpu" else (CUDA, CPU)
+        self.session = ort.InferenceSession(source, session_options(), providers=_providers(device))
+        check_io(self.session.get_inputs(), self.session.get_outputs(), spec=spec, model=self.name)
+        check_metadata(self.session.get_modelmeta().custom_metadata_map, spec=spec,
+                       model=self.name)
+        # onnxruntime-gpu silently falls back to CPU when the CUDA libraries are missing:
+        # what runs is what the session reports, never what was asked for.
+        self._provider: str = self.session.get_providers()[0]
+        if device == "cuda" and self._provider != CUDA:
+            raise RuntimeError(f"model {self.name}: CUDA was required but onnxruntime runs it on "
+                               f"{self._provider} (CUDA/cuDNN libraries missing?)")
+        level = logging.WARNING if device == "auto" and self._provider != CUDA else logging.INFO
+        log.log(level, "model %s loaded: provider %s (requested %s)", self.name, self._provider,
+                ", ".join(self.requested))
+        self._input = self.session.get_inputs()[0].name
+
+    @property
+    def active_provider(self) -> str:
+        """The execution provider the session actually runs on."""
+        return self._provider
+
+    def score(self, matrix: np.ndarray) -> np.ndarray:
+        """Fraud probabilities, float32 [N], for a float32 [N, F] matrix from `features_matrix`."""
+        if matrix.dtype != np.float32 or matrix.ndim != 2 or matrix.shape[1] != self.spec.width:
+            raise ValueError(f"model input must be float32 (N, {self.spec.width}), got "
+                             f"{matrix.dtype} {matrix.shape}")
+        if matrix.shape[0] == 0:
+            return np.zeros(0, dtype=np.float32)
+        (out,) = self.session.run([OUTPUT_NAME], {self._input: matrix})
+        return np.asarray(out, dtype=np.float32).reshape(matrix.shape[0])
