@@ -11,6 +11,7 @@ from typing import Any, Literal, get_args
 
 StoreKind = Literal["memory", "rocksdb"]
 AppendFsync = Literal["always", "everysec", "no"]
+ScorerDevice = Literal["auto", "cpu", "cuda"]
 
 
 def _env(name: str, doc: str, default: Any) -> Any:
@@ -89,6 +90,21 @@ class Settings:
 
     # --- scoring and actions -------------------------------------------------------------
     model_dir: Path = _env("FRAUDSTREAM_MODEL_DIR", "Directory of ONNX models and cards.", Path("models"))
+    model_version: str | None = _env(
+        "FRAUDSTREAM_MODEL_VERSION",
+        "Model a worker starts with (default: models/DEFAULT; `model activate` switches it).",
+        None,
+    )
+    scorer_device: ScorerDevice = _env(
+        "FRAUDSTREAM_SCORER_DEVICE", "auto: CUDA when present, else CPU; cpu; cuda (required).",
+        "auto",
+    )
+    freeze_threshold: float | None = _env(
+        "FRAUDSTREAM_FREEZE_THRESHOLD", "Override the model card's freeze threshold.", None
+    )
+    alert_threshold: float | None = _env(
+        "FRAUDSTREAM_ALERT_THRESHOLD", "Override the model card's alert threshold.", None
+    )
     action_service_url: str = _env(
         "FRAUDSTREAM_ACTION_SERVICE_URL",
         "Base URL the dispatcher POSTs actions to.",
@@ -171,23 +187,30 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
+_LITERALS: dict[str, Any] = {"StoreKind": StoreKind, "AppendFsync": AppendFsync,
+                             "ScorerDevice": ScorerDevice}
+
+
 def _coerce(raw: str, f: dataclasses.Field[Any]) -> Any:
-    kind = f.type if not isinstance(f.type, str) else f.type
+    """Parse one variable by its field's annotation (annotations are strings here)."""
     name = f.metadata["env"]
-    text = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    text = str(f.type).replace(" | None", "")
     try:
-        if "Path" in text:
+        if text == "Path":
             return Path(raw).expanduser()
         if text == "int":
             return int(raw)
         if text == "float":
             return float(raw)
-        if text in ("StoreKind", "AppendFsync"):
-            allowed = get_args({"StoreKind": StoreKind, "AppendFsync": AppendFsync}[text])
+        if text == "bool":
+            if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError("must be true or false")
+            return raw.lower() in ("1", "true", "yes")
+        if text in _LITERALS:
+            allowed = get_args(_LITERALS[text])
             if raw not in allowed:
                 raise ValueError(f"must be one of {', '.join(allowed)}")
-            return raw
-        return raw or None if "None" in text else raw
+        return raw
     except ValueError as exc:
         raise ValueError(f"environment variable {name}={raw!r}: {exc}") from None
 

@@ -192,3 +192,29 @@ def validate(model_dir: Path, version: str, device: str) -> None:
     click.echo(f"OK {version}: {len(FEATURE_NAMES)} features, provider "
                f"{loaded.scorer.active_provider}, thresholds freeze>={loaded.thresholds.freeze:.6g}"
                f" alert>={loaded.thresholds.alert:.6g}")
+
+
+@model.command("activate")
+@click.argument("version")
+@click.pass_obj
+def activate(model_dir: Path, version: str) -> None:
+    """Switch every worker to VERSION without a restart (compacted control topic).
+
+    VERSION is validated here first; each worker validates it again and swaps it in between
+    batches, or refuses it (logged, counted) and keeps serving the model it has.
+    """
+    import asyncio
+
+    from app.scoring.contract import ModelError
+    from app.scoring.registry import ModelRegistry
+    from app.stream.control import publish_activation
+    from app.stream.topics import ensure_topics
+
+    try:
+        ModelRegistry(model_dir, device="cpu").load(version)
+    except ModelError as exc:
+        raise click.ClickException(f"not activated, {version} is invalid: {exc}") from None
+    settings = load_settings()
+    asyncio.run(ensure_topics(settings))
+    asyncio.run(publish_activation(settings, version))
+    click.echo(f"activated {version}: workers switch between batches")

@@ -15,10 +15,13 @@ from app.settings import load_settings
               help="Also run the dispatch agent in this worker.")
 def worker(web_port: int | None, loglevel: str, dispatch: bool) -> None:
     """Run one Faust worker of the pipeline (N of them share the work in one consumer group)."""
-    from app.stream.worker import run_worker
+    from app.stream.worker import WorkerStartError, run_worker
 
     agents = frozenset({"score", "dispatch"} if dispatch else {"score"})
-    run_worker(load_settings(), web_port=web_port, loglevel=loglevel, agents=agents)
+    try:
+        run_worker(load_settings(), web_port=web_port, loglevel=loglevel, agents=agents)
+    except WorkerStartError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command()

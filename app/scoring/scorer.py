@@ -93,7 +93,15 @@ class OnnxScorer:
         self.name = name or (model.parent.name if isinstance(model, Path) else "in-memory")
         self.spec = spec
         self.requested: tuple[str, ...] = (CPU,) if device == "cpu" else (CUDA, CPU)
-        self.session = ort.InferenceSession(source, session_options(), providers=_providers(device))
+        if device == "auto" and "CUDAExecutionProvider" in ort.get_available_providers():
+            # Without CUDA libraries onnxruntime prints an error before falling back; the
+            # fallback is expected in "auto" and we log the provider we really got below.
+            ort.set_default_logger_severity(4)
+        try:
+            self.session = ort.InferenceSession(source, session_options(),
+                                                providers=_providers(device))
+        finally:
+            ort.set_default_logger_severity(2)
         check_io(self.session.get_inputs(), self.session.get_outputs(), spec=spec, model=self.name)
         check_metadata(self.session.get_modelmeta().custom_metadata_map, spec=spec,
                        model=self.name)

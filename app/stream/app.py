@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -14,11 +15,14 @@ import faust
 from faust.types import EventT
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.scoring.registry import LoadedModel
 from app.settings import Settings
 from app.stream import metrics, topics
+from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import add_dispatch_agent
-from app.stream.pipeline import Scored, TransactionPipeline, served_record
+from app.stream.pipeline import TransactionPipeline
 from app.stream.records import OutRecord, SourceMessage
+from app.stream.scoring import ScoringStage
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +91,9 @@ def create_app(
     *,
     web_port: int | None = None,
     clock_ms: Callable[[], int] | None = None,
-    on_scored: Callable[[FraudApp, list[Scored]], Any] | None = None,
+    model: LoadedModel | None = None,
+    load_model: Callable[[str], LoadedModel] | None = None,
+    control_offset: int = 0,
     agents: frozenset[AgentName] = frozenset({"score", "dispatch"}),
 ) -> FraudApp:
     """Build the Faust app with the chosen agents. Nothing connects until a worker starts it."""
@@ -124,9 +130,17 @@ def create_app(
 
     if "dispatch" in agents:
         add_dispatch_agent(app, settings, fraud.send)
+    _add_metrics_page(app)
+    _add_loop_monitor(app)
     if "score" not in agents:
-        _add_metrics_page(app)
         return fraud
+    if model is None or load_model is None:
+        raise ValueError("the score agent needs a model and a model loader")
+    stage = ScoringStage(model, settings, clock)
+
+    @app.task
+    async def follow_models() -> None:  # pragma: no cover - end to end
+        await follow_activations(settings, control_offset, activation_handler(load_model, stage.offer))
 
     @app.agent(source, name="score")
     async def score(stream: faust.StreamT) -> None:  # pragma: no cover - exercised end to end
@@ -142,15 +156,27 @@ def create_app(
                                    e.message.key, e.message.value) for e in events]
             outcome = pipeline.process(batch)
             await fraud.send(outcome.records)
-            if on_scored is not None:
-                await on_scored(fraud, outcome.scored)
-            else:
-                await fraud.send([served_record(s, score=None, model_version=None)
-                                  for s in outcome.scored])
+            await fraud.send(stage.run(outcome.scored))
             metrics.SCORED.inc(len(outcome.scored))
 
-    _add_metrics_page(app)
     return fraud
+
+
+def _add_loop_monitor(app: faust.App, period_s: float = 0.1) -> None:
+    """Measure how long the event loop is held (inference, serialisation) by a late timer."""
+
+    @app.task
+    async def watch_loop() -> None:  # pragma: no cover - end to end
+        loop = asyncio.get_running_loop()
+        worst = 0.0
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(period_s)
+            lag = max(0.0, loop.time() - t0 - period_s)
+            metrics.LOOP_LAG.observe(lag)
+            if lag > worst:
+                worst = lag
+                metrics.LOOP_LAG_MAX.set(worst)
 
 
 def _add_metrics_page(app: faust.App) -> None:

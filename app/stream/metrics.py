@@ -29,3 +29,14 @@ SCORER_PROVIDER: Final = Gauge(
     "fraudstream_scorer_provider_info", "Execution provider of the active model (1 = active).",
     ["provider", "model_version"],
 )
+MODEL_ACTIVATIONS: Final = Counter(
+    "fraudstream_model_activations_total", "Model activations seen, by result.", ["result"]
+)
+LOOP_LAG: Final = Histogram(
+    "fraudstream_event_loop_lag_seconds",
+    "How late a 100 ms timer fires: time the event loop was held by other work.",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+LOOP_LAG_MAX: Final = Gauge(
+    "fraudstream_event_loop_lag_max_seconds", "Longest event-loop stall seen by this worker."
+)

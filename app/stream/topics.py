@@ -17,6 +17,8 @@ TRANSACTIONS_LATE: Final = "transactions.late"
 FEATURES_SERVED: Final = "features.served"
 ACTIONS: Final = "actions"
 ACTIONS_DLQ: Final = "actions.dlq"
+#: Compacted, one partition: which model every worker serves (see app.stream.control).
+CONTROL: Final = "fraudstream.control"
 
 #: Every topic the pipeline reads or writes; all are keyed by card_id.
 PIPELINE_TOPICS: Final = (
@@ -47,11 +49,14 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 30.0) -> Topic
     try:
         present = set(await admin.list_topics())
         missing = [n for n in names if n not in present]
-        if missing:
-            await admin.create_topics(
-                [NewTopic(n, settings.topic_partitions, settings.topic_replication) for n in missing],
-                timeout_ms=int(timeout_s * 1000),
-            )
+        control = settings.topic(CONTROL)
+        new = [NewTopic(n, settings.topic_partitions, settings.topic_replication) for n in missing]
+        if control not in present:
+            new.append(NewTopic(control, 1, settings.topic_replication,
+                                topic_configs={"cleanup.policy": "compact"}))
+            missing.append(control)
+        if new:
+            await admin.create_topics(new, timeout_ms=int(timeout_s * 1000))
             await _wait_visible(admin, missing, timeout_s)
         existing = [n for n in names if n in present]
         if existing:

@@ -1,11 +1,44 @@
-"""Running a worker process: build the app from Settings and hand it to Faust's Worker."""
+"""Running a worker process: load the model, build the app from Settings, hand it to Faust."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import faust
 
+from app.scoring.contract import ModelError
+from app.scoring.registry import LoadedModel, ModelRegistry
 from app.settings import Settings
 from app.stream.app import AgentName, create_app
+from app.stream.control import latest_activation
+from app.stream.topics import ensure_topics
+
+log = logging.getLogger(__name__)
+
+
+class WorkerStartError(RuntimeError):
+    """The worker cannot start (no valid model); the message says why."""
+
+
+def initial_model(settings: Settings, registry: ModelRegistry) -> tuple[LoadedModel, int]:
+    """The model to start with and the control-topic offset to follow from.
+
+    The latest activation on the control topic wins; if it does not validate here, the worker
+    says so and starts with the configured model (FRAUDSTREAM_MODEL_VERSION or models/DEFAULT).
+    A configured model that does not validate stops the worker with the reason.
+    """
+    activated, offset = asyncio.run(latest_activation(settings))
+    if activated is not None:
+        try:
+            return registry.load(activated), offset
+        except ModelError as exc:
+            log.error("activated model %s does not validate here (%s); using the configured one",
+                      activated, exc)
+    try:
+        return registry.load(settings.model_version), offset
+    except ModelError as exc:
+        raise WorkerStartError(f"refusing to start: {exc}") from exc
 
 
 def run_worker(
@@ -16,6 +49,13 @@ def run_worker(
     agents: frozenset[AgentName] = frozenset({"score", "dispatch"}),
 ) -> None:
     """Block running one worker until SIGTERM/SIGINT (Faust stops cleanly and commits)."""
-    fraud = create_app(settings, web_port=web_port, agents=agents)
+    asyncio.run(ensure_topics(settings))
+    model = None
+    offset = 0
+    registry = ModelRegistry(settings.model_dir, device=settings.scorer_device)
+    if "score" in agents:
+        model, offset = initial_model(settings, registry)
+    fraud = create_app(settings, web_port=web_port, model=model, load_model=registry.load,
+                       control_offset=offset, agents=agents)
     worker = faust.Worker(fraud.app, loglevel=loglevel)
     worker.execute_from_commandline()

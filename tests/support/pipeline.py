@@ -88,3 +88,20 @@ def effects(redis_url: str) -> list[dict[str, str]]:
         return [fields for _id, fields in client.xrange("effects")]
     finally:
         client.close()
+
+
+def served_rows(settings: Settings) -> list[dict[str, object]]:
+    """Every features.served row, decoded."""
+    import orjson
+
+    return [orjson.loads(r.value) for r in read(settings, topics.FEATURES_SERVED)]
+
+
+def audit_served(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - AuditReport
+    """audit-skew of features.served against the offline evaluator over the same log."""
+    from app.features.audit import audit
+    from app.features.offline import compute_features
+
+    offline = compute_features(lines, allowed_lateness_ms=settings.allowed_lateness_ms,
+                               now_ms=time.time_ns() // 1_000_000)
+    return audit(served_rows(settings), offline.table)

@@ -1,0 +1,105 @@
+"""Model rollout through the compacted control topic: publish, read the latest, follow changes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import orjson
+
+from app.scoring.registry import LoadedModel
+from app.settings import Settings
+from app.stream import topics
+from app.stream.inspect import read_topic
+
+log = logging.getLogger(__name__)
+
+ACTIVE_MODEL_KEY: Final = b"active_model"
+
+
+async def publish_activation(settings: Settings, version: str) -> None:
+    """Record `version` as the model every worker should serve (compacted: latest wins)."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=settings.effective_kafka_bootstrap, acks="all",
+                                enable_idempotence=True)
+    await producer.start()
+    try:
+        value = orjson.dumps({"version": version, "activated_at_ms": time.time_ns() // 1_000_000})
+        await producer.send_and_wait(settings.topic(topics.CONTROL), value=value,
+                                     key=ACTIVE_MODEL_KEY, partition=0)
+    finally:
+        await producer.stop()
+
+
+async def latest_activation(settings: Settings) -> tuple[str | None, int]:
+    """(latest activated version or None, the control topic's end offset)."""
+    records = await read_topic(settings, settings.topic(topics.CONTROL), timeout_s=30.0)
+    version = None
+    for rec in records:
+        if rec.key == ACTIVE_MODEL_KEY:
+            version = _version_of(rec.value)
+    end = records[-1].offset + 1 if records else 0
+    return version, end
+
+
+def _version_of(value: bytes) -> str | None:
+    try:
+        obj = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    version = obj.get("version") if isinstance(obj, dict) else None
+    return version if isinstance(version, str) else None
+
+
+async def follow_activations(
+    settings: Settings, start_offset: int, on_version: Callable[[str], Awaitable[None]],
+    *, poll_s: float = 0.5,
+) -> None:
+    """Call `on_version` for every activation published from `start_offset` on (runs forever).
+
+    Every worker reads the whole control partition itself (no consumer group): an activation
+    is a broadcast, not work to share.
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    tp = TopicPartition(settings.topic(topics.CONTROL), 0)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start_offset)
+        while True:
+            batch = await consumer.getmany(tp, timeout_ms=int(poll_s * 1000))
+            for msg in batch.get(tp, []):
+                version = _version_of(msg.value) if msg.key == ACTIVE_MODEL_KEY else None
+                if version is not None:
+                    await on_version(version)
+    finally:
+        await consumer.stop()
+
+
+def activation_handler(
+    load: Callable[[str], LoadedModel], offer: Callable[[LoadedModel], None]
+) -> Callable[[str], Awaitable[None]]:
+    """Validate a published version in a thread (a session build never stalls the loop), then
+    offer it to the scoring stage; a model that fails validation is refused and logged, and the
+    current one keeps serving."""
+    from app.scoring.contract import ModelError
+    from app.stream import metrics
+
+    async def handle(version: str) -> None:
+        try:
+            model = await asyncio.to_thread(load, version)
+        except (ModelError, OSError, ValueError) as exc:
+            metrics.MODEL_ACTIVATIONS.labels("refused").inc()
+            log.error("model %s refused, the current model keeps serving: %s", version, exc)
+            return
+        metrics.MODEL_ACTIVATIONS.labels("accepted").inc()
+        offer(model)
+
+    return handle

@@ -1,0 +1,66 @@
+"""The score agent's second half: score a batch with the active model, emit served rows and actions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from app.scoring.policy import Thresholds, build_actions
+from app.scoring.registry import LoadedModel
+from app.scoring.scorer import features_matrix
+from app.settings import Settings
+from app.stream import metrics, topics
+from app.stream.pipeline import Scored, served_record
+from app.stream.records import OutRecord
+
+log = logging.getLogger(__name__)
+
+
+class ScoringStage:
+    """Holds the active model; a new one is swapped in only between batches."""
+
+    def __init__(self, model: LoadedModel, settings: Settings, clock_ms: Callable[[], int]) -> None:
+        self.settings = settings
+        self.clock_ms = clock_ms
+        self._pending: LoadedModel | None = None
+        self.model = model
+        self._install(model)
+
+    def _install(self, model: LoadedModel) -> None:
+        previous = getattr(self, "_active", None)
+        if previous is not None:
+            metrics.SCORER_PROVIDER.labels(previous.scorer.active_provider, previous.version).set(0)
+        self._active = model
+        self.thresholds: Thresholds = model.thresholds.override(
+            freeze=self.settings.freeze_threshold, alert=self.settings.alert_threshold)
+        metrics.SCORER_PROVIDER.labels(model.scorer.active_provider, model.version).set(1)
+        log.info("scoring with model %s on %s (freeze >= %s, alert >= %s)", model.version,
+                 model.scorer.active_provider, self.thresholds.freeze, self.thresholds.alert)
+
+    @property
+    def version(self) -> str:
+        return self._active.version
+
+    def offer(self, model: LoadedModel) -> None:
+        """Queue a validated model; it becomes active at the start of the next batch."""
+        self._pending = model
+
+    def run(self, scored: Sequence[Scored]) -> list[OutRecord]:
+        """Score `scored` in one call; served rows for all, actions where the policy says so."""
+        if self._pending is not None:
+            self._install(self._pending)
+            self._pending = None
+        if not scored:
+            return []
+        model = self._active
+        scores = model.scorer.score(features_matrix([s.features for s in scored]))
+        decided_at = self.clock_ms()
+        out: list[OutRecord] = []
+        for item, raw in zip(scored, scores, strict=True):
+            score = float(raw)
+            out.append(served_record(item, score=score, model_version=model.version))
+            for action in build_actions(item.txn, score, model.version, decided_at,
+                                        thresholds=self.thresholds):
+                metrics.ACTIONS_EMITTED.labels(action.type).inc()
+                out.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(), action.to_json()))
+        return out
