@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,9 +51,12 @@ def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool,
     console.print(f"stack ready in {report.seconds['total']:.1f}s "
                   f"(kafka {base.effective_kafka_bootstrap}, redis {base.effective_redis_url})")
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    port = _free_port()
     settings = base.replace(kafka_bootstrap=base.effective_kafka_bootstrap,
                             redis_url=base.effective_redis_url,
-                            topic_prefix=f"demo-{stamp}.", app_id=f"fraudstream-demo-{stamp}")
+                            topic_prefix=f"demo-{stamp}.", app_id=f"fraudstream-demo-{stamp}",
+                            action_service_port=port,
+                            action_service_url=f"http://127.0.0.1:{port}")
     ok = False
     try:
         ok = _run(settings, cards=cards, txns=txns, malformed=malformed, seed=seed,
@@ -69,7 +74,7 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
          timeout_s: int) -> bool:
     from app.datagen.config import GeneratorConfig
     from app.datagen.generator import generate_log
-    from app.stream.inspect import group_lag, read_topic, topic_sizes
+    from app.stream.inspect import read_topic, topic_sizes
     from app.stream.topics import ensure_topics
     from app.transactions.producer import replay_messages
 
@@ -87,55 +92,104 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
                   f"{counts.malformed} malformed, {counts.redelivered} redelivered, "
                   f"{counts.fraud} labelled fraud  → {workdir / 'txns.jsonl'}")
 
-    worker = _start_worker(settings, workdir)
+    service = _spawn(settings, workdir, "action-service",
+                     ["action-service", "--port", str(settings.action_service_port)])
+    worker = _spawn(settings, workdir, "worker", ["worker", "--loglevel", "WARNING"])
+    procs = {"action service": service, "worker": worker}
     try:
         sent = asyncio.run(replay_messages(settings, lines))
         console.print(f"replayed {sent.sent} messages at {sent.rate:,.0f} msg/s")
-        source = settings.topic(topics.TRANSACTIONS)
-        deadline = time.monotonic() + timeout_s
-        with console.status("worker consuming…") as status:
-            while True:
-                lag = asyncio.run(group_lag(settings, settings.app_id, source))
-                status.update(f"worker consuming… lag {lag}")
-                if lag == 0:
-                    break
-                if time.monotonic() > deadline or worker.poll() is not None:
-                    console.print(f"[red]worker did not drain (lag {lag}).[/red] Log tail:\n"
-                                  f"{_tail(workdir / 'worker.log')}")
-                    return False
-                time.sleep(0.5)  # polling the consumer lag with a deadline
+        if not _wait_drained(settings, procs, workdir, timeout_s):
+            return False
         names = [settings.topic(t) for t in topics.PIPELINE_TOPICS]
         sizes = asyncio.run(topic_sizes(settings, names))
         dlq = asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS_DLQ)))
+        actions = asyncio.run(read_topic(settings, settings.topic(topics.ACTIONS)))
+        frozen = _frozen_cards(settings, actions)
     finally:
-        _stop(worker)
+        for proc in procs.values():
+            _stop(proc)
+    return render_summary(settings, sizes, dlq, actions, frozen)
+
+
+def _wait_drained(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], workdir: Path,
+                  timeout_s: int) -> bool:
+    """Poll consumer lag on transactions and actions until both are 0, with a deadline."""
+    from app.stream.inspect import group_lag
+
+    deadline = time.monotonic() + timeout_s
+    with console.status("worker consuming…") as status:
+        while True:
+            lag = sum(asyncio.run(group_lag(settings, settings.app_id, settings.topic(t)))
+                      for t in (topics.TRANSACTIONS, topics.ACTIONS))
+            status.update(f"worker consuming and dispatching… lag {lag}")
+            if lag == 0:
+                return True
+            dead = [name for name, p in procs.items() if p.poll() is not None]
+            if time.monotonic() > deadline or dead:
+                console.print(f"[red]the pipeline did not drain (lag {lag}; exited: {dead}).[/red]"
+                              f" Logs in {workdir}")
+                return False
+            time.sleep(0.5)  # polling the consumer lag with a deadline
+
+
+def _frozen_cards(settings: Settings, actions: list) -> list[dict]:  # noqa: ANN401
+    """The action service's view of every card this run decided to freeze."""
+    import orjson
+
+    cards = sorted({orjson.loads(r.value)["card_id"] for r in actions
+                    if orjson.loads(r.value)["type"] == "freeze_card"})
+    views = []
+    for card in cards:
+        req = urllib.request.Request(f"{settings.action_service_url}/v1/cards/{card}",
+                                     headers={"Authorization": f"Bearer {settings.action_token}"})
+        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - loopback
+            views.append(orjson.loads(resp.read()))
+    return views
+
+
+def render_summary(settings: Settings, sizes: dict[str, int], dlq: list, actions: list,
+                   frozen: list[dict]) -> bool:
+    """Print what the run did; True when every message is accounted for."""
+    import orjson
 
     table = Table("topic", "messages", title="What the pipeline wrote")
-    for name in names:
-        table.add_row(name, str(sizes[name]))
+    for name, size in sizes.items():
+        table.add_row(name, str(size))
     console.print(table)
     reasons = Counter(r.headers.get("fraudstream.reason_code", "?") for r in dlq)
-    rt = Table("DLQ reason", "count")
+    rt = Table("DLQ reason", "count", title="Dead-lettered transactions")
     for reason, n in reasons.most_common():
         rt.add_row(reason, str(n))
     console.print(rt)
+    keys = {orjson.loads(r.value)["idempotency_key"]: orjson.loads(r.value)["type"] for r in actions}
+    by_type = Counter(keys.values())
+    ft = Table("card", "status", "frozen by txn", "alerts", title=f"Frozen cards ({len(frozen)})")
+    for view in frozen[:15]:
+        ft.add_row(view["card_id"], view["status"], str(view.get("txn_id")),
+                   str(view.get("alerts_total", len(view.get("alerts", [])))))
+    console.print(ft)
+    console.print(f"actions: {by_type.get('freeze_card', 0)} freeze_card, "
+                  f"{by_type.get('alert_customer', 0)} alert_customer "
+                  f"({len(actions) - len(keys)} re-sent copies absorbed by the action service)")
+    source = sizes[settings.topic(topics.TRANSACTIONS)]
     served = sizes[settings.topic(topics.FEATURES_SERVED)]
     late = sizes[settings.topic(topics.TRANSACTIONS_LATE)]
-    total = sizes[source]
-    balanced = served + late + len(dlq) == total
+    all_frozen = all(v["status"] == "frozen" for v in frozen)
+    balanced = served + late + len(dlq) == source and all_frozen
     colour = "green" if balanced else "red"
-    console.print(f"[{colour}]{total} in = {served} served + {late} late + {len(dlq)} dead-lettered"
-                  f"{'' if balanced else '  (does not add up!)'}[/{colour}]")
+    console.print(f"[{colour}]{source} in = {served} served + {late} late + {len(dlq)} "
+                  f"dead-lettered; every card decided frozen is frozen: {all_frozen}[/{colour}]")
     return balanced
 
 
-def _start_worker(settings: Settings, workdir: Path) -> subprocess.Popen[bytes]:
-    """The demo's own worker process, ended by its PID when the demo ends."""
+def _spawn(settings: Settings, workdir: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    """A demo child process, logging to workdir/NAME.log, ended by its PID when the demo ends."""
     env = settings_environ(settings)
     env["PYTHONUNBUFFERED"] = "1"
-    with open(workdir / "worker.log", "ab") as out:
+    with open(workdir / f"{name}.log", "ab") as out:
         return subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "app.cli.main", "worker", "--loglevel", "WARNING"],
+            [sys.executable, "-m", "app.cli.main", *args],
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
@@ -149,5 +203,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
-def _tail(path: Path, n: int = 30) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
