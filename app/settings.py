@@ -83,6 +83,11 @@ class Settings:
         "Events older than the card's max_ts minus this go to transactions.late.",
         300_000,
     )
+    session_timeout_s: float = _env(
+        "FRAUDSTREAM_SESSION_TIMEOUT_S",
+        "Consumer-group session timeout: how soon a dead worker's partitions move (seconds).",
+        10.0,
+    )
     max_batch: int = _env("FRAUDSTREAM_MAX_BATCH", "Largest scoring micro-batch.", 64)
     max_wait_s: float = _env(
         "FRAUDSTREAM_MAX_WAIT_S", "Longest wait to fill a scoring micro-batch (seconds).", 0.05

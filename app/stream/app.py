@@ -115,6 +115,8 @@ def create_app(
         consumer_auto_offset_reset="earliest",
         broker_commit_every=1000,
         broker_commit_interval=1.0,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         autodiscover=False,
         topic_allow_declare=True,
     )

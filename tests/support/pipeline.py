@@ -105,3 +105,39 @@ def audit_served(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - 
     offline = compute_features(lines, allowed_lateness_ms=settings.allowed_lateness_ms,
                                now_ms=time.time_ns() // 1_000_000)
     return audit(served_rows(settings), offline.table)
+
+
+def live_actions(settings: Settings) -> dict[str, list[dict[str, object]]]:
+    """Every action on the actions topic, grouped by idempotency key (copies included)."""
+    import orjson
+
+    out: dict[str, list[dict[str, object]]] = {}
+    for r in read(settings, topics.ACTIONS):
+        action = orjson.loads(r.value)
+        out.setdefault(action["idempotency_key"], []).append(action)
+    return out
+
+
+def oracle_for(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - OracleRun
+    """`fraudstream score` in-process: what the pipeline must emit for `lines`."""
+    from app.scoring.oracle import run_oracle
+    from app.scoring.registry import ModelRegistry
+
+    registry = ModelRegistry(settings.model_dir, device="cpu")
+    return run_oracle(lines, registry, version=settings.model_version,
+                      allowed_lateness_ms=settings.allowed_lateness_ms,
+                      now_ms=time.time_ns() // 1_000_000)
+
+
+def assert_live_matches_oracle(settings: Settings, lines: Sequence[bytes]) -> int:
+    """Live actions == oracle actions: same keys and types, scores within 1e-5."""
+    live = live_actions(settings)
+    oracle = {a.idempotency_key: a for a in oracle_for(settings, lines).actions}
+    assert set(live) == set(oracle), (
+        f"missing {len(set(oracle) - set(live))}, extra {len(set(live) - set(oracle))}")
+    for key, copies in live.items():
+        expected = oracle[key]
+        for action in copies:
+            assert action["type"] == expected.type and action["txn_id"] == expected.txn_id
+            assert abs(float(action["score"]) - expected.score) <= 1e-5, (key, action, expected)
+    return len(oracle)

@@ -82,11 +82,12 @@ class Spawned:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
 
-def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker") -> Spawned:
+def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker",
+                 dispatch: bool = True) -> Spawned:
     """Start `fraudstream worker` for `settings` on a free web port."""
     port = free_port()
     argv = [sys.executable, "-m", "app.cli.main", "worker", "--web-port", str(port),
-            "--loglevel", "INFO"]
+            "--loglevel", "INFO", "--dispatch" if dispatch else "--no-dispatch"]
     return Spawned(argv, settings_env(settings), tmp / f"{name}-{port}.log")
 
 

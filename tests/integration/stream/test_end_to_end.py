@@ -13,6 +13,7 @@ from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import topic_sizes
 from tests.support.pipeline import (
+    assert_live_matches_oracle,
     audit_served,
     lines_of,
     make_log,
@@ -25,11 +26,15 @@ from tests.support.procs import spawn_worker, wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_two_workers_50k_events_zero_skew(fresh_settings: Settings, tmp_path: Path) -> None:
+def test_two_workers_50k_events_zero_skew_and_oracle_actions(
+    fresh_settings: Settings, tmp_path: Path
+) -> None:
+    """The acceptance run of the features and scoring issues: 50k events, 2 workers."""
     log = make_log(cards=3000, txns=50_000, seed=21, out_of_order=0.02, redelivery=0.01,
                    malformed=0.002)
     lines = lines_of(log)
-    workers = [spawn_worker(fresh_settings, tmp_path, name=f"w{i}") for i in range(2)]
+    workers = [spawn_worker(fresh_settings, tmp_path, name=f"w{i}", dispatch=False)
+               for i in range(2)]
     try:
         sent = replay(fresh_settings, lines)
         wait_drained(fresh_settings, workers, expected=sent, timeout_s=300)
@@ -40,6 +45,8 @@ def test_two_workers_50k_events_zero_skew(fresh_settings: Settings, tmp_path: Pa
     assert report.ok, report.render()
     assert report.compared >= 50_000 - log.counts.late
     assert report.mismatched_rows == 0 and not report.never_served
+    # live actions for the replayed log equal `fraudstream score` offline
+    assert assert_live_matches_oracle(fresh_settings, lines) > 100
 
 
 def test_worker_killed_mid_replay_resumes_from_changelog(
@@ -48,13 +55,13 @@ def test_worker_killed_mid_replay_resumes_from_changelog(
     log = make_log(cards=1500, txns=30_000, seed=22, out_of_order=0.02, redelivery=0.01)
     lines = lines_of(log)
     served_topic = fresh_settings.topic(topics.FEATURES_SERVED)
-    worker = spawn_worker(fresh_settings, tmp_path, name="first")
+    worker = spawn_worker(fresh_settings, tmp_path, name="first", dispatch=False)
     try:
         sent = replay(fresh_settings, lines)
         wait_until(lambda: asyncio.run(topic_sizes(fresh_settings, [served_topic]))[served_topic]
                    > 8_000, timeout_s=120, what="the worker to be well into the log")
         worker.kill()  # SIGKILL: no clean shutdown, no final commit
-        worker = spawn_worker(fresh_settings, tmp_path, name="second")
+        worker = spawn_worker(fresh_settings, tmp_path, name="second", dispatch=False)
         wait_drained(fresh_settings, [worker], expected=sent, timeout_s=300)
     finally:
         worker.stop()
