@@ -17,12 +17,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ManagedProcess:
-    """One service process: its pid file, its log, and a marker proving a pid is really ours.
+    """One service process: its pid file, its log, and proof that a pid is really ours.
 
-    The markers are strings of which one appears in the process's command line (its config file
-    path, or the title a server gives itself): a pid file left over from a crashed run whose pid
-    was reused by another program is never signalled, because that program's command line lacks
-    them.
+    The pid file holds the pid and the process's start time (from /proc/PID/stat): a pid file
+    left over from a crashed run whose pid was reused by another program is never signalled,
+    because that program started at another time. (A command-line check is not enough: servers
+    such as redis-server rewrite their command line while starting.) `markers` name what the
+    process's command line shows, for status output and diagnostics.
     """
 
     name: str
@@ -33,10 +34,11 @@ class ManagedProcess:
     def pid(self) -> int | None:
         """The pid of our running process, or None (stale pid files are removed)."""
         try:
-            pid = int(self.pid_file.read_text().strip())
+            pid_text, started_text = self.pid_file.read_text().split()
+            pid, started = int(pid_text), int(started_text)
         except (FileNotFoundError, ValueError):
             return None
-        if _cmdline_contains(pid, self.markers) and not _is_zombie(pid):
+        if _start_time(pid) == started and not _is_zombie(pid):
             return pid
         with contextlib.suppress(FileNotFoundError):
             self.pid_file.unlink()
@@ -55,7 +57,12 @@ class ManagedProcess:
                 start_new_session=True,
                 env=env,
             )
-        self.pid_file.write_text(f"{proc.pid}\n")
+        started = _start_time(proc.pid)
+        if started is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise RuntimeError(f"{self.name} exited at once: see {self.log_file}")
+        self.pid_file.write_text(f"{proc.pid} {started}\n")
         log.info("started %s pid=%d", self.name, proc.pid)
         return proc.pid
 
@@ -93,6 +100,16 @@ def _cmdline_contains(pid: int, markers: tuple[str, ...]) -> bool:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return False
     return any(m.encode() in raw for m in markers)
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # fields after the parenthesised command name; starttime is field 22 overall
+    return int(stat.rsplit(")", 1)[-1].split()[19])
 
 
 def _is_zombie(pid: int) -> bool:

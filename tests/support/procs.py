@@ -48,8 +48,10 @@ def wait_until(predicate: Callable[[], T], *, timeout_s: float, interval_s: floa
 class Spawned:
     """A child process started by a test; stop() and kill() signal only its own PID."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path,
+                 port: int | None = None) -> None:
         self.log_path = log_path
+        self.port = port
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
@@ -88,7 +90,7 @@ def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker",
     port = free_port()
     argv = [sys.executable, "-m", "app.cli.main", "worker", "--web-port", str(port),
             "--loglevel", "INFO", "--dispatch" if dispatch else "--no-dispatch"]
-    return Spawned(argv, settings_env(settings), tmp / f"{name}-{port}.log")
+    return Spawned(argv, settings_env(settings), tmp / f"{name}-{port}.log", port)
 
 
 def spawn_action_service(settings: Settings, tmp: Path, *, port: int | None = None) -> Spawned:

@@ -1,0 +1,191 @@
+"""The fault scenarios: what each one breaks, and when (shared by pytest and scripts/chaos.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.stack.manager import Stack
+from app.stream import topics
+from app.stream.control import publish_activation
+from app.stream.inspect import group_lag, topic_sizes
+from tests.support.procs import free_port, wait_until
+from tests.support.proxy import FaultProxy
+from tests.support.topology import Topology
+
+Fault = Callable[[Topology], None]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named fault plus the log it runs on (keyword arguments of run_scenario)."""
+
+    fault: Fault
+    params: dict[str, Any] = field(default_factory=dict)
+    prepare: Callable[[Topology], None] | None = None
+    needs_local: str | None = None  # "kafka" / "redis": skipped when that service is external
+    kills: bool = False  # must show redelivered work after recovery
+
+
+def _at(topo: Topology, fraction: float) -> None:
+    """Block until `fraction` of the log's transactions have been served."""
+    topo.wait_served(int(fraction * topo.expected_served))
+
+
+def _actions_grew(topo: Topology) -> None:
+    """Block until a new action is produced (kill right after, before the next commit)."""
+    name = topo.settings.topic(topics.ACTIONS)
+    first = asyncio.run(topic_sizes(topo.settings, [name]))[name]
+    wait_until(lambda: asyncio.run(topic_sizes(topo.settings, [name]))[name] > first,
+               timeout_s=120, interval_s=0.05, what="a new action")
+
+
+def kill_worker_five_times(topo: Topology) -> None:
+    rng = random.Random(5)
+    for i, fraction in enumerate(sorted(rng.uniform(0.1, 0.85) for _ in range(5))):
+        _at(topo, fraction)
+        if i % 2:
+            _actions_grew(topo)  # right after actions were produced, before the offset commit
+        victim = rng.choice(topo.live_workers())
+        topo.mark_fault()
+        victim.kill()
+        topo.start_worker()
+
+
+def kill_worker_for_good(topo: Topology) -> None:
+    _at(topo, 0.3)
+    topo.mark_fault()
+    topo.workers[0].kill()
+
+
+def rolling_restart(topo: Topology) -> None:
+    for index, fraction in ((0, 0.25), (1, 0.6)):
+        _at(topo, fraction)
+        topo.mark_fault()
+        topo.workers[index].stop()
+        topo.start_worker()
+
+
+def kill_action_service(topo: Topology) -> None:
+    _at(topo, 0.3)
+    topo.mark_fault()
+    assert topo.service is not None
+    topo.service.kill()
+    time.sleep(10)  # the fault itself: the service stays down for 10 s
+    topo.start_service()
+
+
+def _use_proxy(topo: Topology) -> None:
+    proxy = FaultProxy(topo.settings.action_service_url, free_port())
+    proxy.start()
+    topo.proxy = proxy  # type: ignore[attr-defined]
+    topo.settings = topo.settings.replace(action_service_url=proxy.url)
+
+
+def unavailable_then_stalled(topo: Topology) -> None:
+    """503s for 10 s, then requests held unanswered for 20 s: backpressure, then drain."""
+    proxy: FaultProxy = topo.proxy  # type: ignore[attr-defined]
+    actions = topo.settings.topic(topics.ACTIONS)
+    peak = 0
+
+    def watch(seconds: float) -> None:
+        nonlocal peak
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:  # the fault's duration, sampling lag meanwhile
+            peak = max(peak, asyncio.run(group_lag(topo.settings, topo.settings.app_id, actions)))
+            time.sleep(0.5)
+
+    _at(topo, 0.2)
+    topo.mark_fault()
+    proxy.set_mode("503")
+    watch(10)
+    proxy.set_mode("stall")
+    watch(20)
+    proxy.set_mode("pass")
+    released = time.monotonic()
+    wait_until(lambda: asyncio.run(group_lag(topo.settings, topo.settings.app_id, actions)) == 0,
+               timeout_s=180, what="the actions lag to drain")
+    topo.extra = {"peak_actions_lag": peak, "drain_s": round(time.monotonic() - released, 1),
+                  "refused_503": proxy.refused, "held": proxy.stalled}
+    assert peak > 0, "the outage built no lag: the dispatcher was not held back"
+
+
+def restart_redis(topo: Topology) -> None:
+    stack = Stack(topo.settings)
+    _at(topo, 0.3)
+    topo.mark_fault()
+    assert stack.redis.stop()
+    assert stack.redis.start()
+    stack.redis.wait_ready()
+
+
+def restart_kafka(topo: Topology) -> None:
+    stack = Stack(topo.settings)
+    _at(topo, 0.3)
+    topo.mark_fault()
+    assert stack.kafka.stop()
+    assert stack.kafka.start()
+    stack.kafka.wait_ready()
+
+
+def reread_under_new_group(topo: Topology) -> None:
+    """After a clean run, new workers in a new group (and changelog) re-read from offset 0."""
+    topo.join_replay()
+    topo.wait_recovered(topo.expected_keys, topo.total_messages)
+    before = topo.replays_absorbed()
+    fresh = topo.settings.replace(app_id=f"{topo.settings.app_id}-again")
+    topo.mark_fault()
+    for _ in range(2):
+        topo.start_worker(fresh)
+    wait_until(lambda: sum(asyncio.run(group_lag(fresh, fresh.app_id, fresh.topic(t)))
+                           for t in (topics.TRANSACTIONS, topics.ACTIONS)) == 0
+               and topo.replays_absorbed() - before >= len(topo.expected_keys),
+               timeout_s=240, interval_s=1.0, what="the new group to re-read everything")
+    topo.extra = {"replays_by_new_group": topo.replays_absorbed() - before}
+
+
+def no_fault(topo: Topology) -> None:
+    topo.mark_fault()
+
+
+ROLLOUT_VERSION = "mlp-rollout-b"
+
+
+def _rollout_models(topo: Topology) -> None:
+    from app.scoring.registry import ModelRegistry
+
+    target = topo.tmp / "models"
+    shutil.copytree(topo.settings.model_dir, target)
+    registry = ModelRegistry(target, device="cpu")
+    base = registry.default_version()
+    card = dict(registry.card(base).raw)
+    card["version"] = ROLLOUT_VERSION
+    registry.add(ROLLOUT_VERSION, (registry.path(base) / "model.onnx").read_bytes(), card)
+    topo.settings = topo.settings.replace(model_dir=target)
+
+
+def rollout_mid_stream(topo: Topology) -> None:
+    _at(topo, 0.4)
+    topo.mark_fault()
+    asyncio.run(publish_activation(topo.settings, ROLLOUT_VERSION))
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "worker-kill-5x": Scenario(kill_worker_five_times, {"txns": 50_000, "rate": 5_000.0},
+                               kills=True),
+    "worker-dies": Scenario(kill_worker_for_good, kills=True),
+    "rolling-restart": Scenario(rolling_restart),
+    "service-kill": Scenario(kill_action_service, kills=True),
+    "service-503-stall": Scenario(unavailable_then_stalled, prepare=_use_proxy),
+    "redis-restart": Scenario(restart_redis, needs_local="redis"),
+    "kafka-restart": Scenario(restart_kafka, needs_local="kafka"),
+    "reread-new-group": Scenario(reread_under_new_group, {"txns": 10_000}),
+    "poison": Scenario(no_fault, {"malformed": 0.05}),
+    "rollout": Scenario(rollout_mid_stream, prepare=_rollout_models),
+    "upstream-redelivery": Scenario(no_fault, {"redelivery": 0.05}),
+}

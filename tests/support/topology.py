@@ -1,0 +1,300 @@
+"""The real topology for fault scenarios: action service + workers as processes, and the checks.
+
+Kafka and Redis are the shared stack; each scenario gets fresh topics, a fresh consumer group
+and changelog (app id), and its own flushed Redis database, so scenarios run back to back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import redis
+
+from app.settings import Settings
+from app.stream import topics
+from app.stream.inspect import group_lag, topic_sizes
+from app.stream.topics import ensure_topics
+from app.transactions.producer import replay_messages
+from tests.support.pipeline import audit_served, effects, oracle_for, read
+from tests.support.procs import (
+    Spawned,
+    free_port,
+    http_ready,
+    spawn_action_service,
+    spawn_worker,
+    wait_until,
+)
+from tests.support.redisdb import flush_db, with_db
+
+FAULT_REDIS_DB = 5
+
+
+@dataclass
+class ScenarioReport:
+    """What a scenario measured; `problems` lists every broken invariant (empty = pass)."""
+
+    name: str
+    expected_keys: int = 0
+    effects: int = 0
+    redeliveries_absorbed: int = 0
+    recovery_s: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in self.extra.items())
+        return (f"{self.name}: keys={self.expected_keys} effects={self.effects} "
+                f"redeliveries_absorbed={self.redeliveries_absorbed} "
+                f"recovery_s={self.recovery_s:.1f} {extra}".rstrip())
+
+
+class Topology:
+    """One scenario's processes and the invariants checked against the offline oracle."""
+
+    def __init__(self, base: Settings, tmp: Path, name: str, *, progress: bool = False) -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.name = name
+        self.tmp = tmp
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.service_port = free_port()
+        redis_url = with_db(base.effective_redis_url, FAULT_REDIS_DB)
+        flush_db(redis_url)
+        self.settings = base.replace(
+            topic_prefix=f"f{tag}.", app_id=f"fault-{name}-{tag}", redis_url=redis_url,
+            action_service_port=self.service_port,
+            action_service_url=f"http://127.0.0.1:{self.service_port}")
+        asyncio.run(ensure_topics(self.settings))
+        self.service: Spawned | None = None
+        self.workers: list[Spawned] = []
+        self.progress = progress
+        self._replayer: threading.Thread | None = None
+        self._replay_error: list[BaseException] = []
+        self.fault_at: float | None = None
+        self.expected_keys: set[str] = set()
+        self.total_messages = 0
+        self.expected_served = 0
+        self.extra: dict[str, object] = {}
+        self.retries_seen = 0
+
+    # --- processes --------------------------------------------------------------------------
+    def start_service(self) -> Spawned:
+        self.service = spawn_action_service(self.settings, self.tmp, port=self.service_port)
+        wait_until(lambda: http_ready(f"{self.settings.action_service_url}/readyz"),
+                   timeout_s=30, what="the action service")
+        return self.service
+
+    def start_worker(self, settings: Settings | None = None) -> Spawned:
+        worker = spawn_worker(settings or self.settings, self.tmp, name=f"w{len(self.workers)}")
+        self.workers.append(worker)
+        return worker
+
+    def live_workers(self) -> list[Spawned]:
+        return [w for w in self.workers if w.alive()]
+
+    def close(self) -> None:
+        self.retries_seen += self.dispatch_retries()
+        for worker in self.workers:
+            worker.stop(timeout_s=30)
+        if self.service is not None:
+            self.service.stop(timeout_s=30)
+        proxy = getattr(self, "proxy", None)
+        if proxy is not None:
+            proxy.stop()
+
+    def dispatch_retries(self) -> int:
+        """Failed POSTs the live workers' dispatchers retried (from their /metrics)."""
+        import urllib.request
+
+        total = 0
+        for worker in self.live_workers():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/metrics",  # noqa: S310
+                                            timeout=5) as resp:
+                    text = resp.read().decode()
+            except OSError:
+                continue
+            total += int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                             if line.startswith("fraudstream_dispatch_retries_total{")))
+        return total
+
+    def mark_fault(self) -> None:
+        """Remember when the (first) fault hit: recovery time is measured from here."""
+        if self.fault_at is None:
+            self.fault_at = time.monotonic()
+
+    # --- load -------------------------------------------------------------------------------
+    def replay_in_background(self, lines: Sequence[bytes], rate: float) -> None:
+        def run() -> None:
+            try:
+                report = asyncio.run(replay_messages(self.settings, lines, rate=rate))
+                if report.errors:
+                    raise AssertionError(f"replay errors: {report.errors}")
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+                self._replay_error.append(exc)
+
+        self._replayer = threading.Thread(target=run, daemon=True)
+        self._replayer.start()
+
+    def join_replay(self, timeout_s: float = 300) -> None:
+        assert self._replayer is not None
+        self._replayer.join(timeout_s)
+        assert not self._replayer.is_alive(), "replay did not finish"
+        if self._replay_error:
+            raise self._replay_error[0]
+
+    def served(self) -> int:
+        name = self.settings.topic(topics.FEATURES_SERVED)
+        return asyncio.run(topic_sizes(self.settings, [name]))[name]
+
+    def wait_served(self, count: int, timeout_s: float = 180) -> None:
+        wait_until(lambda: self.served() >= count, timeout_s=timeout_s, interval_s=0.2,
+                   what=f"{count} served rows")
+
+    def lags(self) -> dict[str, int]:
+        return {t: asyncio.run(group_lag(self.settings, self.settings.app_id,
+                                         self.settings.topic(t)))
+                for t in (topics.TRANSACTIONS, topics.ACTIONS)}
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.settings.effective_redis_url, decode_responses=True)
+
+    def replays_absorbed(self) -> int:
+        client = self.redis()
+        try:
+            return int(client.hget("stats", "replays") or 0)
+        finally:
+            client.close()
+
+    def wait_recovered(self, expected_keys: set[str], total_messages: int,
+                       timeout_s: float = 300) -> float:
+        """Wait for: every message in, zero lag on both groups, every expected effect applied."""
+        source = self.settings.topic(topics.TRANSACTIONS)
+
+        def recovered() -> bool:
+            size = asyncio.run(topic_sizes(self.settings, [source]))[source]
+            lags = self.lags()
+            applied = {e["idempotency_key"] for e in effects(self.settings.effective_redis_url)}
+            if self.progress:
+                print(f"  [{self.name}] in={size}/{total_messages} lag={lags} "
+                      f"effects={len(applied)}/{len(expected_keys)} "
+                      f"replays_absorbed={self.replays_absorbed()}", flush=True)
+            return size == total_messages and not any(lags.values()) and expected_keys <= applied
+
+        wait_until(recovered, timeout_s=timeout_s, interval_s=1.0, what="full recovery")
+        return time.monotonic() - (self.fault_at or time.monotonic())
+
+    # --- invariants ---------------------------------------------------------------------------
+    def check(self, lines: Sequence[bytes], *, malformed: int,
+              report: ScenarioReport) -> ScenarioReport:
+        """Every invariant of the fault suite, against the oracle (`fraudstream score`)."""
+        run = oracle_for(self.settings, lines)
+        expected = {a.idempotency_key for a in run.actions}
+        ledger = effects(self.settings.effective_redis_url)
+        per_key = Counter(e["idempotency_key"] for e in ledger)
+        report.expected_keys, report.effects = len(expected), len(ledger)
+        report.redeliveries_absorbed = self.replays_absorbed()
+        problems = report.problems
+        if set(per_key) != expected:
+            problems.append(f"effect keys != oracle keys: missing {len(expected - set(per_key))}, "
+                            f"invented {len(set(per_key) - expected)}")
+        doubled = [k for k, n in per_key.items() if n != 1]
+        if doubled:
+            problems.append(f"{len(doubled)} keys have more than one effect")
+        problems.extend(self._card_problems(run.actions))
+        dlq = read(self.settings, topics.TRANSACTIONS_DLQ)
+        if len(dlq) != malformed:
+            problems.append(f"transactions.dlq holds {len(dlq)}, expected {malformed}")
+        late = read(self.settings, topics.TRANSACTIONS_LATE)
+        if len({orjson.loads(r.value)["txn_id"] for r in late}) != len(run.offline.late_txn_ids):
+            problems.append(f"transactions.late holds {len(late)} messages, oracle says "
+                            f"{len(run.offline.late_txn_ids)} late transactions")
+        if read(self.settings, topics.ACTIONS_DLQ):
+            problems.append("actions.dlq is not empty")
+        if any(self.lags().values()):
+            problems.append(f"consumer lag left: {self.lags()}")
+        audit = audit_served(self.settings, lines)
+        if not audit.ok:
+            problems.append(f"audit-skew: {audit.render()[:500]}")
+        # transactions the pipeline read twice (a crash before the offset commit), beyond the
+        # redeliveries the log itself contains
+        served_again = sum(1 for r in read(self.settings, topics.FEATURES_SERVED)
+                           if orjson.loads(r.value)["redelivered"])
+        report.extra["rereads"] = served_again - run.offline.redelivered
+        return report
+
+    def _card_problems(self, actions: Sequence[object]) -> list[str]:
+        first_freeze: dict[str, str] = {}
+        for action in actions:
+            if action.type == "freeze_card":  # type: ignore[attr-defined]
+                first_freeze.setdefault(action.card_id, action.txn_id)  # type: ignore[attr-defined]
+        client = self.redis()
+        try:
+            wrong = []
+            for card, txn in first_freeze.items():
+                state = client.hgetall(f"card:{card}")
+                if state.get("status") != "frozen" or state.get("txn_id") != txn:
+                    wrong.append(card)
+            frozen_cards = {k.split(":", 1)[1] for k in client.scan_iter("card:*")
+                            if k.count(":") == 1 and client.hget(k, "status") == "frozen"}
+        finally:
+            client.close()
+        problems = []
+        if wrong:
+            problems.append(f"{len(wrong)} cards not frozen by the oracle's first freeze: {wrong[:5]}")
+        if frozen_cards - set(first_freeze):
+            problems.append(f"cards frozen that the oracle never froze: "
+                            f"{sorted(frozen_cards - set(first_freeze))[:5]}")
+        return problems
+
+
+def run_scenario(
+    base: Settings,
+    tmp: Path,
+    name: str,
+    fault: Callable[[Topology], None],
+    *,
+    txns: int = 20_000,
+    rate: float = 4_000.0,
+    workers: int = 2,
+    seed: int = 1,
+    malformed: float = 0.005,
+    redelivery: float = 0.005,
+    progress: bool = False,
+    prepare: Callable[[Topology], None] | None = None,
+) -> ScenarioReport:
+    """Start the topology, replay a generated log, inject `fault`, let it heal, check it all."""
+    from tests.support.pipeline import lines_of, make_log
+
+    topo = Topology(base, tmp / name, name, progress=progress)
+    if prepare is not None:
+        prepare(topo)
+    log = make_log(cards=max(500, txns // 20), txns=txns, seed=seed, malformed=malformed,
+                   redelivery=redelivery, out_of_order=0.01)
+    lines = lines_of(log)
+    oracle = oracle_for(topo.settings, lines)
+    expected = {a.idempotency_key for a in oracle.actions}
+    topo.expected_keys, topo.total_messages = expected, len(lines)
+    topo.expected_served = oracle.offline.accepted + oracle.offline.redelivered
+    report = ScenarioReport(name)
+    try:
+        topo.start_service()
+        for _ in range(workers):
+            topo.start_worker()
+        topo.replay_in_background(lines, rate)
+        fault(topo)
+        topo.join_replay()
+        report.recovery_s = topo.wait_recovered(expected, len(lines))
+        topo.check(lines, malformed=log.counts.malformed, report=report)
+        report.extra.update(topo.extra)
+    finally:
+        topo.close()
+    report.extra["dispatch_retries"] = topo.retries_seen
+    return report
