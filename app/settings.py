@@ -88,6 +88,11 @@ class Settings:
         "Consumer-group session timeout: how soon a dead worker's partitions move (seconds).",
         10.0,
     )
+    commit_stall_s: float = _env(
+        "FRAUDSTREAM_COMMIT_STALL_S",
+        "A partition whose commit is stuck behind an unprocessed message this long is re-read.",
+        10.0,
+    )
     max_batch: int = _env("FRAUDSTREAM_MAX_BATCH", "Largest scoring micro-batch.", 64)
     max_wait_s: float = _env(
         "FRAUDSTREAM_MAX_WAIT_S", "Longest wait to fill a scoring micro-batch (seconds).", 0.05

@@ -20,6 +20,7 @@ from app.settings import Settings
 from app.stream import metrics, topics
 from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import add_dispatch_agent
+from app.stream.offsets import CommitWatchdog, install_strict_commits
 from app.stream.pipeline import TransactionPipeline
 from app.stream.records import OutRecord, SourceMessage
 from app.stream.scoring import ScoringStage
@@ -128,6 +129,14 @@ def create_app(
         key_type=bytes, value_type=bytes,  # bytes → Faust's "raw" codec for both
     )
     fraud = FraudApp(app, settings, out_topics, card_state)
+    install_strict_commits()
+    watchdog = CommitWatchdog([settings.topic(topics.TRANSACTIONS), settings.topic(topics.ACTIONS)],
+                              stall_s=settings.commit_stall_s)
+
+    @app.timer(interval=max(0.5, settings.commit_stall_s / 4))
+    async def repair_stuck_commits() -> None:  # pragma: no cover - end to end
+        await watchdog.check(app.consumer)
+
     clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
 
     if "dispatch" in agents:

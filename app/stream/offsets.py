@@ -1,0 +1,108 @@
+"""Offset commits that never skip an unprocessed message, and a watchdog that repairs stuck ones.
+
+Faust commits, per partition, the end of the first run of consecutive acknowledged offsets. Two
+problems seen here under worker kills and rebalances (also reported upstream: faust-streaming
+#312, #606; robinhood/faust #681):
+
+1. Its head-of-queue check is off by one (`min(acked) - committed > 1`): when the one message at
+   the committed offset was never acknowledged, Faust commits past it. That would lose the
+   message on the next restart. `strict_new_offset` refuses to commit past any unacknowledged
+   offset.
+2. A message can be read but never handed to the agent (the fetcher gives up delivering it when a
+   rebalance suspends the flow, yet records it as read), so it is never acknowledged and the
+   partition's commit stalls for good while later messages keep being processed. The watchdog
+   notices a partition whose acknowledged offsets start past its committed offset for longer
+   than `stall_s` and seeks it back to the committed offset: everything from there is read
+   again. Re-reading is safe by construction: card state recognises the redelivered
+   transactions and re-emits exactly the same served rows and actions (same idempotency keys),
+   which the action service absorbs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from faust.transport.consumer import Consumer
+from faust.utils.functional import consecutive_numbers
+
+log = logging.getLogger(__name__)
+
+#: Faust's own computation, kept for comparison in tests.
+UPSTREAM_NEW_OFFSET = Consumer._new_offset
+
+
+def strict_new_offset(self: Consumer, tp: Any) -> int | None:
+    """Faust's `Consumer._new_offset` without the off-by-one that skips an unacked message."""
+    acked = self._acked[tp]
+    if not acked:
+        return None
+    max_offset = max(acked)
+    gap_for_tp = self._gap[tp]
+    if gap_for_tp:
+        # offsets Kafka never delivered (compaction, transaction markers) count as done
+        candidates = sorted(gap_for_tp.overlap(0, max_offset), key=lambda x: x.begin)
+        if candidates:
+            fill: list[int] = []
+            for entry in candidates:
+                fill.extend(range(entry.begin, entry.end))
+            acked.extend(fill)
+            gap_for_tp.chop(0, max(fill[-1], max_offset + 1))
+    acked.sort()
+    committed = self._committed_offset[tp]
+    if committed is not None and acked[0] > committed:
+        return None  # the message at `committed` is not done yet: never commit past it
+    batch = next(consecutive_numbers(acked))
+    acked[: len(batch)] = []
+    self._acked_index[tp].difference_update(batch)
+    return batch[-1] + 1
+
+
+def install_strict_commits() -> None:
+    """Replace Faust's offset computation (idempotent; process-wide)."""
+    if Consumer._new_offset is not strict_new_offset:
+        Consumer._new_offset = strict_new_offset  # type: ignore[method-assign]
+
+
+class CommitWatchdog:
+    """Seeks a partition back to its committed offset when its commit has been stuck too long."""
+
+    def __init__(self, topics: Iterable[str], *, stall_s: float) -> None:
+        self.topics = frozenset(topics)
+        self.stall_s = stall_s
+        self._stuck_since: dict[Any, float] = {}
+        self.repairs = 0
+
+    def stuck(self, consumer: Consumer) -> list[tuple[Any, int]]:
+        """Partitions whose first acknowledged offset lies past the committed one, right now."""
+        out = []
+        for tp in consumer.assignment():
+            if tp.topic not in self.topics:
+                continue
+            committed = consumer._committed_offset.get(tp)
+            acked = consumer._acked.get(tp)
+            if committed is not None and acked and min(acked) > committed:
+                out.append((tp, committed))
+        return out
+
+    async def check(self, consumer: Consumer, now: float | None = None) -> int:
+        """Repair partitions stuck for longer than `stall_s`; returns how many were repaired."""
+        now = time.monotonic() if now is None else now
+        stuck = dict(self.stuck(consumer))
+        for tp in list(self._stuck_since):
+            if tp not in stuck:
+                del self._stuck_since[tp]
+        repaired = 0
+        for tp, committed in stuck.items():
+            since = self._stuck_since.setdefault(tp, now)
+            if now - since < self.stall_s:
+                continue
+            log.warning("%s: offset %d was read but never processed; re-reading from it",
+                        tp, committed)
+            await consumer.seek(tp, committed)
+            del self._stuck_since[tp]
+            repaired += 1
+        self.repairs += repaired
+        return repaired

@@ -1,0 +1,72 @@
+"""Commits never pass an unprocessed message; stuck partitions are re-read from their commit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from intervaltree import IntervalTree
+
+from app.stream.offsets import UPSTREAM_NEW_OFFSET, CommitWatchdog, strict_new_offset
+
+
+class FakeTP(tuple):
+    @property
+    def topic(self) -> str:
+        return self[0]
+
+
+class FakeConsumer:
+    def __init__(self, committed: int | None, acked: list[int]) -> None:
+        self.tp = FakeTP(("transactions", 6))
+        self._acked = defaultdict(list, {self.tp: list(acked)})
+        self._acked_index = defaultdict(set, {self.tp: set(acked)})
+        self._committed_offset = defaultdict(lambda: None, {self.tp: committed})
+        self._gap = defaultdict(IntervalTree)
+        self.seeks: list[tuple[Any, int]] = []
+
+    def assignment(self) -> set[Any]:
+        return {self.tp}
+
+    async def seek(self, tp: Any, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+def test_faust_would_commit_past_the_unacked_head_message() -> None:
+    upstream = FakeConsumer(committed=100, acked=[101, 102, 103])
+    # the upstream computation commits 104, skipping offset 100, which was never processed
+    assert UPSTREAM_NEW_OFFSET(upstream, upstream.tp) == 104
+    consumer = FakeConsumer(committed=100, acked=[101, 102, 103])
+    assert strict_new_offset(consumer, consumer.tp) is None
+    assert consumer._acked[consumer.tp] == [101, 102, 103]  # nothing dropped
+
+
+def test_consecutive_acks_from_the_commit_are_committed() -> None:
+    consumer = FakeConsumer(committed=100, acked=[102, 100, 101, 105])
+    assert strict_new_offset(consumer, consumer.tp) == 103
+    assert consumer._acked[consumer.tp] == [105]
+
+
+def test_delivery_gaps_count_as_done() -> None:
+    consumer = FakeConsumer(committed=100, acked=[100, 103])
+    consumer._gap[consumer.tp].addi(101, 103)  # 101 and 102 never existed (compaction)
+    assert strict_new_offset(consumer, consumer.tp) == 104
+
+
+async def test_watchdog_rereads_a_partition_stuck_longer_than_the_stall() -> None:
+    consumer = FakeConsumer(committed=5176, acked=[5178, 5179])
+    dog = CommitWatchdog(["transactions"], stall_s=10)
+    assert await dog.check(consumer, now=0.0) == 0
+    assert await dog.check(consumer, now=9.0) == 0
+    assert await dog.check(consumer, now=10.5) == 1
+    assert consumer.seeks == [(consumer.tp, 5176)]
+
+
+async def test_watchdog_leaves_healthy_and_unwatched_partitions_alone() -> None:
+    healthy = FakeConsumer(committed=10, acked=[10, 11])
+    other = FakeConsumer(committed=10, acked=[15])
+    dog = CommitWatchdog(["actions"], stall_s=0)
+    assert await dog.check(healthy, now=100) == 0
+    dog = CommitWatchdog(["transactions"], stall_s=0)
+    assert await dog.check(healthy, now=100) == 0
+    assert await CommitWatchdog(["actions"], stall_s=0).check(other, now=100) == 0
