@@ -14,18 +14,12 @@ from app.datagen.delivery import LINE_KINDS, MALFORMED, REDELIVERY, VALID, Deliv
 from app.datagen.lines import label_lines, transaction, txn_id, txn_lines
 from app.datagen.malformed import BadMessage
 from app.transactions.contract import Transaction
+from app.transactions.labels import Label
 
 #: Lines formatted at a time when streaming a log out.
 CHUNK_LINES: Final = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
-class Label:
-    """When a transaction's truth became known: 1 for fraud, 0 for legitimate."""
-
-    txn_id: str
-    label: int
-    label_ts_ms: int
 
 
 @dataclass(frozen=True, slots=True)

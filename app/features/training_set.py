@@ -12,19 +12,13 @@ import pyarrow as pa
 
 from app.features.declaration import FEATURE_NAMES
 from app.features.offline import OfflineResult
+from app.transactions.labels import Label
 
 #: Output columns, in order.
 COLUMNS: Final = ("txn_id", "ts_ms", "card_id", *FEATURE_NAMES, "label")
 _LABEL_KEYS: Final = frozenset({"txn_id", "label", "label_ts_ms"})
 
 
-@dataclass(frozen=True, slots=True)
-class Label:
-    """A fraud label for one transaction, known from `label_ts_ms` on."""
-
-    txn_id: str
-    label: int
-    label_ts_ms: int
 
 
 @dataclass(frozen=True, slots=True)

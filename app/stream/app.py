@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -153,24 +153,49 @@ def create_app(
     async def follow_models() -> None:  # pragma: no cover - end to end
         await follow_activations(settings, control_offset, activation_handler(load_model, stage.offer))
 
+    store = TableCardStore(card_state, {})
+    pipeline = TransactionPipeline(store, clock_ms=clock,
+                                   allowed_lateness_ms=settings.allowed_lateness_ms,
+                                   max_message_bytes=settings.max_message_bytes)
+
+    async def handle(stream: faust.StreamT, events: list[EventT]) -> None:
+        """One batch, start to finish: state, outputs, and a producer flush."""
+        metrics.BATCH_SIZE.observe(len(events))
+        store.events = {(e.message.partition, e.message.offset): e for e in events}
+        batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
+                               e.message.key, e.message.value) for e in events]
+        outcome = pipeline.process(batch)
+        await fraud.send(outcome.records)
+        await fraud.send(stage.run(outcome.scored))
+        # Flushed before the acks: no changelog record of this batch can reach Kafka later,
+        # after another worker has already restored this card from the changelog.
+        await app.producer.flush()
+        metrics.SCORED.inc(len(outcome.scored))
+
     @app.agent(source, name="score")
     async def score(stream: faust.StreamT) -> None:  # pragma: no cover - exercised end to end
-        async for events in stream.take_events(settings.max_batch, within=settings.max_wait_s):
-            metrics.BATCH_SIZE.observe(len(events))
-            by_pos = {(e.message.partition, e.message.offset): e for e in events}
-            pipeline = TransactionPipeline(
-                TableCardStore(card_state, by_pos), clock_ms=clock,
-                allowed_lateness_ms=settings.allowed_lateness_ms,
-                max_message_bytes=settings.max_message_bytes,
-            )
-            batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
-                                   e.message.key, e.message.value) for e in events]
-            outcome = pipeline.process(batch)
-            await fraud.send(outcome.records)
-            await fraud.send(stage.run(outcome.scored))
-            metrics.SCORED.inc(len(outcome.scored))
+        # noack_take + explicit acks: Faust's take()/take_events() ack a batch in a `finally`,
+        # so a worker stopped mid-batch would commit offsets of events it never finished.
+        async for events in stream.noack_take(settings.max_batch, within=settings.max_wait_s):
+            await finish_even_if_cancelled(handle(stream, list(events)))
+            # not reached when the worker is stopping: those events stay unacknowledged and
+            # are read again (as redeliveries) by whoever owns their partition next
+            for event in events:
+                await stream.ack(event)
 
     return fraud
+
+
+async def finish_even_if_cancelled(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to completion even when the caller is cancelled (worker shutdown), then
+    re-raise the cancellation: a half-done batch would leave changelog records to be flushed
+    after this worker left the group, over the state of the worker that took its cards over."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
 
 
 def _add_loop_monitor(app: faust.App, period_s: float = 0.1) -> None:
@@ -193,4 +218,5 @@ def _add_loop_monitor(app: faust.App, period_s: float = 0.1) -> None:
 def _add_metrics_page(app: faust.App) -> None:
     @app.page("/metrics")
     async def prometheus_metrics(web: Any, request: Any) -> Any:
-        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+        # aiohttp wants the charset outside content_type
+        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])

@@ -75,9 +75,12 @@ def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> None
     @app.agent(source, name="dispatch")
     async def dispatch(stream: faust.StreamT) -> None:  # pragma: no cover - end to end
         async with ActionDeliverer(settings) as deliverer:
-            async for events in stream.take_events(settings.dispatch_concurrency * 4,
-                                                   within=settings.max_wait_s):
+            # acked only once every action of the batch is delivered or dead-lettered
+            async for events in stream.noack_take(settings.dispatch_concurrency * 4,
+                                                  within=settings.max_wait_s):
                 batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
                                        e.message.key, e.message.value) for e in events]
                 dlq = await dispatch_batch(deliverer, batch)
                 await send(dlq)  # type: ignore[operator]
+                for event in events:
+                    await stream.ack(event)

@@ -8,7 +8,13 @@ problems seen here under worker kills and rebalances (also reported upstream: fa
    the committed offset was never acknowledged, Faust commits past it. That would lose the
    message on the next restart. `strict_new_offset` refuses to commit past any unacknowledged
    offset.
-2. A message can be read but never handed to the agent (the fetcher gives up delivering it when a
+2. When the offsets it fetches jump, Faust records the skipped range as a "gap" and counts it as
+   done, the fetched message included (meant for compacted or transactional topics). Our
+   topics are neither, so offsets are contiguous and a jump means messages were skipped (for
+   instance stale prefetched records after a rebalance), not that they do not exist:
+   `install_strict_commits` turns gap recording off, so such messages stall the commit instead
+   of being committed unprocessed.
+3. A message can be read but never handed to the agent (the fetcher gives up delivering it when a
    rebalance suspends the flow, yet records it as read), so it is never acknowledged and the
    partition's commit stalls for good while later messages keep being processed. The watchdog
    notices a partition whose acknowledged offsets start past its committed offset for longer
@@ -60,10 +66,15 @@ def strict_new_offset(self: Consumer, tp: Any) -> int | None:
     return batch[-1] + 1
 
 
+async def _no_gap(self: Consumer, tp: Any, offset_from: int, offset_to: int) -> None:
+    """Never count unfetched offsets as done (see the module docstring, point 2)."""
+
+
 def install_strict_commits() -> None:
-    """Replace Faust's offset computation (idempotent; process-wide)."""
+    """Replace Faust's offset bookkeeping (idempotent; process-wide)."""
     if Consumer._new_offset is not strict_new_offset:
         Consumer._new_offset = strict_new_offset  # type: ignore[method-assign]
+        Consumer._add_gap = _no_gap  # type: ignore[method-assign]
 
 
 class CommitWatchdog:

@@ -21,6 +21,7 @@ import redis
 from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import group_lag, topic_sizes
+from app.stream.records import H_SOURCE_OFFSET, H_SOURCE_PARTITION
 from app.stream.topics import ensure_topics
 from app.transactions.producer import replay_messages
 from tests.support.pipeline import audit_served, effects, oracle_for, read
@@ -177,18 +178,25 @@ class Topology:
                        timeout_s: float = 300) -> float:
         """Wait for: every message in, zero lag on both groups, every expected effect applied."""
         source = self.settings.topic(topics.TRANSACTIONS)
+        last: list[str] = []
 
         def recovered() -> bool:
             size = asyncio.run(topic_sizes(self.settings, [source]))[source]
             lags = self.lags()
             applied = {e["idempotency_key"] for e in effects(self.settings.effective_redis_url)}
+            state = (f"in={size}/{total_messages} lag={lags} "
+                     f"effects={len(applied)}/{len(expected_keys)} "
+                     f"replays_absorbed={self.replays_absorbed()} "
+                     f"workers_alive={len(self.live_workers())}")
+            last[:] = [state]
             if self.progress:
-                print(f"  [{self.name}] in={size}/{total_messages} lag={lags} "
-                      f"effects={len(applied)}/{len(expected_keys)} "
-                      f"replays_absorbed={self.replays_absorbed()}", flush=True)
+                print(f"  [{self.name}] {state}", flush=True)
             return size == total_messages and not any(lags.values()) and expected_keys <= applied
 
-        wait_until(recovered, timeout_s=timeout_s, interval_s=1.0, what="full recovery")
+        try:
+            wait_until(recovered, timeout_s=timeout_s, interval_s=1.0, what="full recovery")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen: {last[0] if last else '-'}") from None
         return time.monotonic() - (self.fault_at or time.monotonic())
 
     # --- invariants ---------------------------------------------------------------------------
@@ -209,9 +217,12 @@ class Topology:
         if doubled:
             problems.append(f"{len(doubled)} keys have more than one effect")
         problems.extend(self._card_problems(run.actions))
-        dlq = read(self.settings, topics.TRANSACTIONS_DLQ)
+        # a re-read after a crash may dead-letter a message twice: count distinct sources
+        dlq = {(r.headers[H_SOURCE_PARTITION], r.headers[H_SOURCE_OFFSET])
+               for r in read(self.settings, topics.TRANSACTIONS_DLQ)}
         if len(dlq) != malformed:
-            problems.append(f"transactions.dlq holds {len(dlq)}, expected {malformed}")
+            problems.append(f"transactions.dlq holds {len(dlq)} distinct messages, "
+                            f"expected {malformed}")
         late = read(self.settings, topics.TRANSACTIONS_LATE)
         if len({orjson.loads(r.value)["txn_id"] for r in late}) != len(run.offline.late_txn_ids):
             problems.append(f"transactions.late holds {len(late)} messages, oracle says "

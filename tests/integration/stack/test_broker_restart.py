@@ -12,7 +12,7 @@ import pytest
 from app.settings import Settings
 from app.stack.manager import Stack
 from app.stream import topics
-from app.stream.inspect import _committed_offsets, _admin, topic_sizes
+from app.stream.inspect import _admin, _committed_offsets, topic_sizes
 from app.transactions.producer import ReplayReport, replay_messages
 from tests.support.pipeline import lines_of, make_log, read, wait_drained
 from tests.support.procs import spawn_worker, wait_until

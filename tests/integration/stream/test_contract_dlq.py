@@ -10,7 +10,6 @@ import orjson
 import pytest
 
 from app.features.offline import compute_features
-
 from app.settings import Settings
 from app.stream import topics
 from app.stream.records import H_REASON_CODE, H_SOURCE_OFFSET, H_SOURCE_PARTITION

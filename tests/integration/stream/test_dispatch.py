@@ -14,7 +14,13 @@ from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import group_lag
 from tests.support.pipeline import effects, produce, read
-from tests.support.procs import free_port, http_ready, spawn_action_service, spawn_worker, wait_until
+from tests.support.procs import (
+    free_port,
+    http_ready,
+    spawn_action_service,
+    spawn_worker,
+    wait_until,
+)
 from tests.support.redisdb import flush_db, with_db
 
 pytestmark = pytest.mark.integration
