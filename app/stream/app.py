@@ -174,8 +174,11 @@ def create_app(
 
     @app.agent(source, name="score")
     async def score(stream: faust.StreamT) -> None:  # pragma: no cover - exercised end to end
-        # noack_take + explicit acks: Faust's take()/take_events() ack a batch in a `finally`,
-        # so a worker stopped mid-batch would commit offsets of events it never finished.
+        # Only explicit acks, after the work: Faust's take()/take_events() ack a batch in a
+        # `finally`, and when a take generator closes it turns automatic acks back on for
+        # events still queued, so a stopping worker would commit offsets of unprocessed
+        # events. With acks off on the stream itself, nothing is acked but by us.
+        stream.enable_acks = False  # what noack_take restores when it closes
         async for events in stream.noack_take(settings.max_batch, within=settings.max_wait_s):
             await finish_even_if_cancelled(handle(stream, list(events)))
             # not reached when the worker is stopping: those events stay unacknowledged and

@@ -76,6 +76,7 @@ def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> None
     async def dispatch(stream: faust.StreamT) -> None:  # pragma: no cover - end to end
         async with ActionDeliverer(settings) as deliverer:
             # acked only once every action of the batch is delivered or dead-lettered
+            stream.enable_acks = False  # never auto-acks (see the score agent)
             async for events in stream.noack_take(settings.dispatch_concurrency * 4,
                                                   within=settings.max_wait_s):
                 batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,

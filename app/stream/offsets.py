@@ -26,6 +26,7 @@ problems seen here under worker kills and rebalances (also reported upstream: fa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
@@ -75,6 +76,7 @@ def install_strict_commits() -> None:
     if Consumer._new_offset is not strict_new_offset:
         Consumer._new_offset = strict_new_offset  # type: ignore[method-assign]
         Consumer._add_gap = _no_gap  # type: ignore[method-assign]
+        Consumer._drain_messages = ordered_drain_messages  # type: ignore[method-assign]
 
 
 class CommitWatchdog:
@@ -117,3 +119,69 @@ class CommitWatchdog:
             repaired += 1
         self.repairs += repaired
         return repaired
+
+
+async def ordered_drain_messages(self: Consumer, fetcher: Any) -> None:  # pragma: no cover
+    """Faust's `Consumer._drain_messages`, except that a message whose hand-over to the agent
+    was interrupted (a rebalance suspends the flow, or the consumer stops) is not recorded as
+    read: its partition is sought back to it and nothing after it in that fetch is handed over.
+
+    Upstream records the interrupted message as read and goes on with the next one, so the agent
+    sees later transactions of a card before an earlier one (which then arrives out of order or
+    late once re-read) and the commit can stall behind it; see the module docstring, point 3.
+    """
+    from faust.transport.consumer import CONSUMER_FETCHING
+
+    callback = self.callback
+    getmany = self.getmany
+    consumer_should_stop = self._stopped.is_set
+    fetcher_should_stop = fetcher._stopped.is_set
+    get_read_offset = self._read_offset.__getitem__
+    set_read_offset = self._read_offset.__setitem__
+    commit_every = self._commit_every
+    num_since_yield = 0
+    try:
+        while not (consumer_should_stop() or fetcher_should_stop()):
+            self.diag.set_flag(CONSUMER_FETCHING)
+            ait = getmany(timeout=1.0)
+            await self.sleep(0)
+            if self.should_stop:
+                continue
+            interrupted: set[Any] = set()
+            async for tp, message in ait:
+                num_since_yield += 1
+                if num_since_yield > 100:
+                    await asyncio.sleep(0)
+                    num_since_yield = 0
+                if tp in interrupted:
+                    continue  # everything after an interrupted hand-over is fetched again
+                offset = message.offset
+                r_offset = get_read_offset(tp)
+                if r_offset is not None and offset < r_offset:
+                    continue  # already read (a re-fetch after a seek)
+                if commit_every is not None and self._n_acked >= commit_every:
+                    self._n_acked = 0
+                    await self.commit()
+                delivery = callback(message)
+                result = await self.wait_first(delivery, self.suspend_flow.wait())
+                if delivery in result.done:
+                    set_read_offset(tp, offset)
+                    continue
+                interrupted.add(tp)
+                log.info("%s: hand-over of offset %d interrupted; it will be read again", tp, offset)
+                try:
+                    await self.seek(tp, offset)
+                except Exception as exc:  # noqa: BLE001 - revoked meanwhile: its next owner reads it
+                    log.info("%s: not sought back (%r); its next owner starts at the commit",
+                             tp, exc)
+            self.diag.unset_flag(CONSUMER_FETCHING)
+    except self.consumer_stopped_errors:
+        if self.transport.app.should_stop:
+            return
+        raise
+    except asyncio.CancelledError:
+        if self.transport.app.should_stop:
+            return
+        raise
+    finally:
+        self.diag.unset_flag(CONSUMER_FETCHING)
