@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 FS := $(VENV)/bin/fraudstream
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit stack-up stack-down bench lint clean
+.PHONY: setup demo test test-unit test-fault stack-up stack-down bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -20,8 +20,13 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(FS) demo
 
+# The fault suite is not part of `make test` yet: four scenarios are known-broken and the
+# others were flaky under CI load (see README, "Fault suite"); run it with `make test-fault`.
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not fault" $(PYTEST_ARGS)
+
+test-fault: setup
+	$(PY) -m pytest -m fault $(PYTEST_ARGS)
 
 test-unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
