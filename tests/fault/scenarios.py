@@ -99,7 +99,7 @@ def unavailable_then_stalled(topo: Topology) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:  # the fault's duration, sampling lag meanwhile
             peak = max(peak, asyncio.run(group_lag(topo.settings, topo.settings.app_id, actions)))
-            time.sleep(0.5)
+            time.sleep(0.5)  # poll: sampling lag during the fault
 
     _at(topo, 0.2)
     topo.mark_fault()

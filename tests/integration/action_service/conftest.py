@@ -141,7 +141,7 @@ class ServiceProcess:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return
             except OSError:
-                time.sleep(0.05)
+                time.sleep(0.05)  # poll with a deadline
         raise TimeoutError(f"action service did not listen on {self.port} in {timeout_s} s")
 
     def kill(self) -> None:

@@ -33,7 +33,7 @@ async def _wait_until_gone(redis, key: str, timeout_s: float = 2 * TTL_S + 3) ->
     while await redis.exists(key):
         if time.monotonic() > deadline:
             raise AssertionError(f"{key} did not expire within {timeout_s} s")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # poll with a deadline
 
 
 async def test_key_expires_and_a_late_replay_is_410_not_a_second_effect(

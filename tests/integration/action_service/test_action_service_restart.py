@@ -23,7 +23,7 @@ async def _wait_for_effects(redis, count: int, timeout_s: float) -> None:
     while await redis.xlen(EFFECTS_STREAM) < count:
         if time.monotonic() > deadline:
             raise AssertionError(f"fewer than {count} effects after {timeout_s} s")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # poll with a deadline
 
 
 async def test_sigkill_and_restart_mid_stream_applies_every_action_once(
