@@ -52,7 +52,8 @@ async def raw_loop(settings: Settings, total: int) -> float:
                 if t0 is None and msgs:
                     t0 = time.perf_counter()
                 for m in msgs:
-                    await producer.send(settings.topic(topics.FEATURES_SERVED) + ".raw",
+                    # the sink is a pipeline topic the worker's clock does not watch
+                    await producer.send(settings.topic(topics.ACTIONS_DLQ),
                                         value=m.value, key=m.key)
                 seen += len(msgs)
         await producer.flush()
