@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 FS := $(VENV)/bin/fraudstream
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit test-fault stack-up stack-down bench lint clean
+.PHONY: setup demo test test-fast test-unit test-fault stack-up stack-down bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -20,9 +20,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(FS) demo
 
-# The fault suite is not part of `make test` yet: four scenarios are known-broken and the
-# others were flaky under CI load (see README, "Fault suite"); run it with `make test-fault`.
+# Everything: unit, integration (real Kafka and Redis) and the fault suite (about 7 minutes).
 test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Unit and integration tests only.
+test-fast: setup
 	$(PY) -m pytest -m "not fault" $(PYTEST_ARGS)
 
 test-fault: setup

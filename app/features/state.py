@@ -257,6 +257,10 @@ class CardState:
 
     # --- redelivery, eviction ----------------------------------------------------------------
 
+    def recall(self, txn_id: str) -> FeatureVector | None:
+        """The features `txn_id` was first served with, while it is still remembered."""
+        return self._first_features(txn_id) if txn_id in self._txn_set else None
+
     def _first_features(self, tid: str) -> FeatureVector:
         pos = self._txn.index(tid, self._head)
         return derive(self._prims[pos * _WIDTH:(pos + 1) * _WIDTH], self._amt[pos])

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-import weakref
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,49 +16,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from app.scoring.registry import LoadedModel
 from app.settings import Settings
 from app.stream import metrics, topics
+from app.stream.cardstore import TableCardStore, card_table
 from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import add_dispatch_agent
 from app.stream.offsets import CommitWatchdog, install_strict_commits
 from app.stream.pipeline import TransactionPipeline
 from app.stream.records import OutRecord, SourceMessage
 from app.stream.scoring import ScoringStage
+from app.stream.sequencer import PartitionSequencer
 
 log = logging.getLogger(__name__)
 
 AgentName = Literal["score", "dispatch"]
-
-
-@contextlib.contextmanager
-def _as_current_event(event: EventT) -> Iterator[None]:
-    """Make `event` Faust's current event while its card's state is written.
-
-    Faust picks a table write's changelog partition (and the RocksDB partition) from the
-    current event. Inside `take_events` batches the context holds whichever event was buffered
-    last, so each write names its own source event; otherwise state could land in another
-    card's partition and be lost when partitions move between workers.
-    """
-    from faust.streams import _current_event  # private, but it is what Stream itself sets
-
-    token = _current_event.set(weakref.ref(event))
-    try:
-        yield
-    finally:
-        _current_event.reset(token)
-
-
-class TableCardStore:
-    """CardStore over a Faust table keyed by card_id bytes, values the state's bytes."""
-
-    def __init__(self, table: faust.Table, events: dict[tuple[int, int], EventT]) -> None:
-        self.table = table
-        self.events = events
-
-    def load(self, card_id: str) -> bytes | None:
-        return self.table.get(card_id.encode())
-
-    def save(self, card_id: str, data: bytes, source: SourceMessage) -> None:
-        with _as_current_event(self.events[(source.partition, source.offset)]):
-            self.table[card_id.encode()] = data
 
 
 @dataclass
@@ -124,10 +91,7 @@ def create_app(
     out_topics = {name: _raw_topic(app, settings.topic(name), settings)
                   for name in topics.PIPELINE_TOPICS if name != topics.TRANSACTIONS}
     source = _raw_topic(app, settings.topic(topics.TRANSACTIONS), settings)
-    card_state = app.Table(
-        "card_state", default=None, partitions=settings.topic_partitions,
-        key_type=bytes, value_type=bytes,  # bytes → Faust's "raw" codec for both
-    )
+    card_state = card_table(app, settings.topic_partitions)
     fraud = FraudApp(app, settings, out_topics, card_state)
     install_strict_commits()
     watchdog = CommitWatchdog([settings.topic(topics.TRANSACTIONS), settings.topic(topics.ACTIONS)],
@@ -167,10 +131,20 @@ def create_app(
         outcome = pipeline.process(batch)
         await fraud.send(outcome.records)
         await fraud.send(stage.run(outcome.scored))
+        # Outputs first, then state: a card record's source position (the re-read fence)
+        # must never be durable before the served rows and actions of the messages it covers.
+        await app.producer.flush()
+        pipeline.persist(outcome)
         # Flushed before the acks: no changelog record of this batch can reach Kafka later,
         # after another worker has already restored this card from the changelog.
         await app.producer.flush()
         metrics.SCORED.inc(len(outcome.scored))
+
+    sequencer = PartitionSequencer(app)
+
+    @app.timer(interval=1.0)
+    async def reseek_held_partitions() -> None:  # pragma: no cover - end to end
+        await sequencer.check()
 
     @app.agent(source, name="score")
     async def score(stream: faust.StreamT) -> None:  # pragma: no cover - exercised end to end
@@ -179,8 +153,11 @@ def create_app(
         # events still queued, so a stopping worker would commit offsets of unprocessed
         # events. With acks off on the stream itself, nothing is acked but by us.
         stream.enable_acks = False  # what noack_take restores when it closes
-        async for events in stream.noack_take(settings.max_batch, within=settings.max_wait_s):
-            await finish_even_if_cancelled(handle(stream, list(events)))
+        async for taken in stream.noack_take(settings.max_batch, within=settings.max_wait_s):
+            events = await sequencer.admit(taken)
+            if not events:
+                continue
+            await finish_even_if_cancelled(handle(stream, events))
             # not reached when the worker is stopping: those events stay unacknowledged and
             # are read again (as redeliveries) by whoever owns their partition next
             for event in events:

@@ -18,6 +18,20 @@ REDELIVERED: Final = Counter(
     "fraudstream_redelivered_total",
     "Transactions already folded into state, re-scored with their first features.",
 )
+REREAD_SKIPPED: Final = Counter(
+    "fraudstream_reread_skipped_total",
+    "Messages read again after a crash or rebalance that card state already held and no longer "
+    "remembers (their outputs were flushed the first time): nothing re-emitted.",
+)
+SEQUENCE_HELD: Final = Counter(
+    "fraudstream_sequence_held_total",
+    "Events held back unacknowledged: past a gap in their partition, or of a revoked partition.",
+    ["topic"],
+)
+SEQUENCE_SEEKS: Final = Counter(
+    "fraudstream_sequence_seeks_total",
+    "Partitions sought back to a message that was skipped before reaching the agent.", ["topic"],
+)
 SCORED: Final = Counter("fraudstream_scored_total", "Transactions scored.")
 ACTIONS_EMITTED: Final = Counter(
     "fraudstream_actions_emitted_total", "Actions produced to the actions topic.", ["type"]

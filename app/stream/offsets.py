@@ -1,6 +1,6 @@
 """Offset commits that never skip an unprocessed message, and a watchdog that repairs stuck ones.
 
-Faust commits, per partition, the end of the first run of consecutive acknowledged offsets. Two
+Faust commits, per partition, the end of the first run of consecutive acknowledged offsets. The
 problems seen here under worker kills and rebalances (also reported upstream: faust-streaming
 #312, #606; robinhood/faust #681):
 
@@ -22,6 +22,11 @@ problems seen here under worker kills and rebalances (also reported upstream: fa
    again. Re-reading is safe by construction: card state recognises the redelivered
    transactions and re-emits exactly the same served rows and actions (same idempotency keys),
    which the action service absorbs.
+4. `Consumer.seek` reaches the aiokafka consumer from the app's event loop, though that
+   consumer and its fetcher live on Faust's consumer thread. `thread_safe_seek` makes the
+   call on that thread, as Faust already does for its own seek to the committed offsets.
+   Records fetched before a seek are then dropped by the drain loop: delivered after it, they
+   would move the read offset past the seek's target and the re-read would be discarded.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from faust.transport.consumer import Consumer
+from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.utils.functional import consecutive_numbers
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,25 @@ def strict_new_offset(self: Consumer, tp: Any) -> int | None:
     return batch[-1] + 1
 
 
+async def thread_safe_seek(self: ThreadDelegateConsumer, partition: Any, offset: int) -> None:
+    """Faust's `_seek`, run on the consumer's own thread (see the module docstring, point 4).
+
+    Upstream calls the aiokafka consumer's `seek` directly from the event loop of the app,
+    while that consumer's fetcher runs on another thread and loop: the position change races
+    with an in-flight fetch, whose records can then move the position past the target
+    (messages skipped) or wake nobody (the partition stalls).
+    """
+    await self._thread.call_thread(self._thread.seek, partition, offset)
+    _seek_epochs(self)[partition] += 1  # records fetched before now are stale (see the drain)
+
+
+def _seek_epochs(consumer: Consumer) -> dict[Any, int]:
+    epochs = consumer.__dict__.get("_fraudstream_seek_epochs")
+    if epochs is None:
+        epochs = consumer.__dict__["_fraudstream_seek_epochs"] = defaultdict(int)
+    return epochs
+
+
 async def _no_gap(self: Consumer, tp: Any, offset_from: int, offset_to: int) -> None:
     """Never count unfetched offsets as done (see the module docstring, point 2)."""
 
@@ -77,6 +102,7 @@ def install_strict_commits() -> None:
         Consumer._new_offset = strict_new_offset  # type: ignore[method-assign]
         Consumer._add_gap = _no_gap  # type: ignore[method-assign]
         Consumer._drain_messages = ordered_drain_messages  # type: ignore[method-assign]
+        ThreadDelegateConsumer._seek = thread_safe_seek  # type: ignore[method-assign]
 
 
 class CommitWatchdog:
@@ -143,6 +169,8 @@ async def ordered_drain_messages(self: Consumer, fetcher: Any) -> None:  # pragm
     try:
         while not (consumer_should_stop() or fetcher_should_stop()):
             self.diag.set_flag(CONSUMER_FETCHING)
+            epochs = _seek_epochs(self)
+            fetched_at = dict(epochs)
             ait = getmany(timeout=1.0)
             await self.sleep(0)
             if self.should_stop:
@@ -155,6 +183,8 @@ async def ordered_drain_messages(self: Consumer, fetcher: Any) -> None:  # pragm
                     num_since_yield = 0
                 if tp in interrupted:
                     continue  # everything after an interrupted hand-over is fetched again
+                if epochs[tp] != fetched_at.get(tp, 0):
+                    continue  # fetched before a seek of its partition: stale, read again there
                 offset = message.offset
                 r_offset = get_read_offset(tp)
                 if r_offset is not None and offset < r_offset:

@@ -11,7 +11,7 @@ import orjson
 
 from app.features.declaration import FEATURE_NAMES
 from app.features.state import Accepted, CardState, Late, Redelivered
-from app.stream import metrics, topics
+from app.stream import cardrecord, metrics, topics
 from app.stream.records import OutRecord, SourceMessage, rejected_record
 from app.transactions.contract import ContractError, Transaction, parse_transaction
 
@@ -22,10 +22,10 @@ class CardStore(Protocol):
     """Where card state lives between events (a Faust table online, a dict in unit tests)."""
 
     def load(self, card_id: str) -> bytes | None:
-        """The card's serialized state, or None for a card never seen."""
+        """The card's stored record (see app.stream.cardrecord), or None for a card never seen."""
 
     def save(self, card_id: str, data: bytes, source: SourceMessage) -> None:
-        """Persist the card's state; `source` is the last message that changed it."""
+        """Persist the card's record; `source` is the last message folded into it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +44,27 @@ class BatchOutcome:
 
     records: list[OutRecord] = field(default_factory=list)
     scored: list[Scored] = field(default_factory=list)
+    #: card records to save once the outputs are flushed: (card_id, record, last message)
+    saves: list[tuple[str, bytes, SourceMessage]] = field(default_factory=list)
+    #: re-read messages the card's state already held and no longer remembers: no output
+    skipped: int = 0
+
+
+@dataclass(slots=True)
+class _Card:
+    state: CardState
+    partition: int
+    offset: int
+    last: SourceMessage | None = None  # the last message of this batch seen for the card
 
 
 class TransactionPipeline:
     """Validate → DLQ, fold into per-card state → late topic or a feature vector.
 
     State is loaded once per card per batch and saved once per card per batch (after all its
-    events in the batch), so a batch costs one changelog write per card, not per event.
+    events in the batch), so a batch costs one changelog write per card, not per event. Each
+    saved record carries the source position of the card's last message (app.stream.cardrecord);
+    a message at or before it is a re-read and is never folded in twice.
     """
 
     def __init__(
@@ -67,10 +81,11 @@ class TransactionPipeline:
         self.max_message_bytes = max_message_bytes
 
     def process(self, batch: Sequence[SourceMessage]) -> BatchOutcome:
+        """Route and fold a batch. Nothing is saved: call `persist` once the outputs are flushed,
+        so a stored card position always implies its messages' outputs are in Kafka."""
         out = BatchOutcome()
         now_ms = self.clock_ms()
-        states: dict[str, CardState] = {}
-        last_change: dict[str, SourceMessage] = {}
+        cards: dict[str, _Card] = {}
         for msg in batch:
             try:
                 txn = parse_transaction(msg.value, now_ms=now_ms, max_bytes=self.max_message_bytes)
@@ -80,12 +95,23 @@ class TransactionPipeline:
                 out.records.append(rejected_record(
                     topics.TRANSACTIONS_DLQ, msg, code=rej.code, reason=rej.reason, field=rej.field))
                 continue
-            state = states.get(txn.card_id)
-            if state is None:
-                raw = self.store.load(txn.card_id)
-                state = CardState.empty() if raw is None else CardState.from_bytes(raw)
-                states[txn.card_id] = state
-            outcome = state.apply(txn, allowed_lateness_ms=self.allowed_lateness_ms)
+            card = cards.get(txn.card_id)
+            if card is None:
+                card = cards[txn.card_id] = self._load(txn.card_id)
+            if msg.partition == card.partition and msg.offset <= card.offset:
+                # read again (a crash or rebalance before the offset commit): already applied.
+                # Offsets compare only within a partition: a card whose messages come keyed
+                # differently, on another partition, is not fenced there.
+                features = card.state.recall(txn.txn_id)
+                if features is None:
+                    metrics.REREAD_SKIPPED.inc()
+                    out.skipped += 1
+                else:  # still remembered: serve it again, same features, same action keys
+                    metrics.REDELIVERED.inc()
+                    out.scored.append(Scored(msg, txn, tuple(features), True))
+                continue
+            outcome = card.state.apply(txn, allowed_lateness_ms=self.allowed_lateness_ms)
+            card.partition, card.offset, card.last = msg.partition, msg.offset, msg
             if isinstance(outcome, Late):
                 metrics.LATE_MESSAGES.inc()
                 out.records.append(rejected_record(
@@ -94,11 +120,22 @@ class TransactionPipeline:
                 metrics.REDELIVERED.inc()
                 out.scored.append(Scored(msg, txn, tuple(outcome.features), True))
             elif isinstance(outcome, Accepted):
-                last_change[txn.card_id] = msg
                 out.scored.append(Scored(msg, txn, tuple(outcome.features), False))
-        for card_id, msg in last_change.items():
-            self.store.save(card_id, states[card_id].to_bytes(), msg)
+        out.saves = [(card_id, cardrecord.pack(c.partition, c.offset, c.state.to_bytes()), c.last)
+                     for card_id, c in cards.items() if c.last is not None]
         return out
+
+    def persist(self, outcome: BatchOutcome) -> None:
+        """Save the batch's card records (after its outputs are durable)."""
+        for card_id, record, msg in outcome.saves:
+            self.store.save(card_id, record, msg)
+
+    def _load(self, card_id: str) -> _Card:
+        raw = self.store.load(card_id)
+        if raw is None:
+            return _Card(CardState.empty(), *cardrecord.NOWHERE)
+        rec = cardrecord.unpack(raw)
+        return _Card(CardState.from_bytes(rec.state), rec.partition, rec.offset)
 
 
 def served_row(item: Scored, *, score: float | None, model_version: str | None) -> dict[str, Any]:

@@ -179,21 +179,14 @@ def rollout_mid_stream(topo: Topology) -> None:
 SCENARIOS: dict[str, Scenario] = {
     "worker-kill-5x": Scenario(kill_worker_five_times, {"txns": 50_000, "rate": 5_000.0},
                                kills=True),
-    "worker-dies": Scenario(kill_worker_for_good, kills=True, broken=(
-        "flaky: passed 2 of 4 runs; a failed run left the survivor with stale card state after "
-        "the rebalance (late events and skew), see the closing note")),
-    "rolling-restart": Scenario(rolling_restart, broken=(
-        "a contiguous range of one partition is re-read against card state that is ahead of it "
-        "(late events, skew, wrong freezing txn) after two rebalances; see the closing note")),
+    "worker-dies": Scenario(kill_worker_for_good, kills=True),
+    "rolling-restart": Scenario(rolling_restart, kills=True),
     "service-kill": Scenario(kill_action_service, kills=True),
-    "service-503-stall": Scenario(unavailable_then_stalled, prepare=_use_proxy, broken=(
-        "failed once before reporting; not diagnosed yet")),
+    "service-503-stall": Scenario(unavailable_then_stalled, prepare=_use_proxy),
     "redis-restart": Scenario(restart_redis, needs_local="redis"),
     "kafka-restart": Scenario(restart_kafka, needs_local="kafka"),
     "reread-new-group": Scenario(reread_under_new_group, {"txns": 10_000}),
     "poison": Scenario(no_fault, {"malformed": 0.05}),
     "rollout": Scenario(rollout_mid_stream, prepare=_rollout_models),
-    "upstream-redelivery": Scenario(no_fault, {"redelivery": 0.05}, broken=(
-        "live actions equal the oracle's, but the dispatcher committed past ~40% of them "
-        "without POSTing them (effects 385/670, lag 0); see the closing note")),
+    "upstream-redelivery": Scenario(no_fault, {"redelivery": 0.05}),
 }

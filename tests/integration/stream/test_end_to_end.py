@@ -49,9 +49,6 @@ def test_two_workers_50k_events_zero_skew_and_oracle_actions(
     assert assert_live_matches_oracle(fresh_settings, lines) > 100
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flaky: passed in most runs, but one CI rehearsal served features missing earlier events "
-    "after the SIGKILL (the state-after-rebalance bug tracked with the fault suite)"))
 def test_worker_killed_mid_replay_resumes_from_changelog(
     fresh_settings: Settings, tmp_path: Path
 ) -> None:

@@ -6,8 +6,8 @@ import orjson
 import pytest
 
 from app.features.declaration import FEATURE_NAMES
-from app.stream import topics
-from app.stream.pipeline import TransactionPipeline, served_row
+from app.stream import cardrecord, topics
+from app.stream.pipeline import BatchOutcome, TransactionPipeline, served_row
 from app.stream.records import H_REASON_CODE, H_SOURCE_OFFSET, SourceMessage, header_map
 
 NOW = 1_767_225_600_000 + 86_400_000 * 30
@@ -42,13 +42,22 @@ def store() -> DictStore:
     return DictStore()
 
 
-def pipeline(store: DictStore) -> TransactionPipeline:
-    return TransactionPipeline(store, clock_ms=lambda: NOW, allowed_lateness_ms=300_000,
-                               max_message_bytes=8192)
+class Pipeline(TransactionPipeline):
+    """process + persist, as the score agent does once a batch's outputs are flushed."""
+
+    def run(self, batch: list[SourceMessage]) -> BatchOutcome:
+        out = self.process(batch)
+        self.persist(out)
+        return out
+
+
+def pipeline(store: DictStore) -> Pipeline:
+    return Pipeline(store, clock_ms=lambda: NOW, allowed_lateness_ms=300_000,
+                    max_message_bytes=8192)
 
 
 def test_bad_message_goes_to_dlq_and_good_ones_around_it_are_scored(store: DictStore) -> None:
-    out = pipeline(store).process(msgs([txn(1), b"\xff\xfe", txn(2), b'{"txn_id": 1}', txn(3)]))
+    out = pipeline(store).run(msgs([txn(1), b"\xff\xfe", txn(2), b'{"txn_id": 1}', txn(3)]))
     assert [s.txn.txn_id for s in out.scored] == ["t1", "t2", "t3"]
     dlq = [r for r in out.records if r.topic == topics.TRANSACTIONS_DLQ]
     assert [header_map(r.headers)[H_REASON_CODE] for r in dlq] == ["invalid_utf8", "missing_field"]
@@ -58,33 +67,78 @@ def test_bad_message_goes_to_dlq_and_good_ones_around_it_are_scored(store: DictS
 
 def test_late_event_routed_and_not_folded(store: DictStore) -> None:
     p = pipeline(store)
-    p.process(msgs([txn(1, ts=T0 + 10_000_000)]))
-    out = p.process(msgs([txn(2, ts=T0)], start=1))
+    p.run(msgs([txn(1, ts=T0 + 10_000_000)]))
+    before = bytes(cardrecord.unpack(store.data["c1"]).state)
+    out = p.run(msgs([txn(2, ts=T0)], start=1))
     assert out.scored == []
     (late,) = out.records
     assert late.topic == topics.TRANSACTIONS_LATE
     assert header_map(late.headers)[H_REASON_CODE] == "late"
-    assert store.writes == [("c1", 0)]  # the late event changed nothing
+    # the late event changed no feature state, only the card's source position
+    assert bytes(cardrecord.unpack(store.data["c1"]).state) == before
+    assert store.writes == [("c1", 0), ("c1", 1)]
 
 
 def test_one_state_write_per_card_per_batch(store: DictStore) -> None:
     values = [txn(i, card=f"c{i % 2}") for i in range(6)]
-    pipeline(store).process(msgs(values))
+    pipeline(store).run(msgs(values))
     assert sorted(store.writes) == [("c0", 4), ("c1", 5)]
 
 
 def test_redelivery_rescored_with_first_features_after_restart(store: DictStore) -> None:
-    first = pipeline(store).process(msgs([txn(1), txn(2), txn(3)]))
+    first = pipeline(store).run(msgs([txn(1), txn(2), txn(3)]))
     # a new pipeline over the same stored bytes is a worker restarted from the changelog
-    again = pipeline(store).process(msgs([txn(2)], start=1))
+    again = pipeline(store).run(msgs([txn(2)], start=1))
     (item,) = again.scored
     assert item.redelivered
     assert item.features == first.scored[1].features
 
 
 def test_served_row_names_every_feature(store: DictStore) -> None:
-    out = pipeline(store).process(msgs([txn(1, amount=250)]))
+    out = pipeline(store).run(msgs([txn(1, amount=250)]))
     row = served_row(out.scored[0], score=0.5, model_version="v1")
     assert list(row["features"]) == list(FEATURE_NAMES)
     assert row["features"]["count_24h"] == 1 and row["features"]["sum_24h"] == 250
     assert row["partition"] == 3 and row["offset"] == 0 and row["redelivered"] is False
+
+
+def test_nothing_is_saved_until_persist(store: DictStore) -> None:
+    out = pipeline(store).process(msgs([txn(1), txn(2, card="c2")]))
+    assert store.writes == []  # state waits for the outputs to be flushed
+    assert [(card, msg.offset) for card, _, msg in out.saves] == [("c1", 0), ("c2", 1)]
+
+
+def test_saved_record_carries_the_last_source_position(store: DictStore) -> None:
+    pipeline(store).run(msgs([txn(1), txn(2), txn(3, card="c2")], start=40))
+    rec = cardrecord.unpack(store.data["c1"])
+    assert (rec.partition, rec.offset) == (3, 41)
+
+
+def test_reread_after_its_event_left_the_window_is_skipped_not_late(store: DictStore) -> None:
+    """A crash re-reads a message the state holds but no longer remembers (evicted since):
+    without the source-position fence it would be routed late or folded in a second time."""
+    day = 86_400_000
+    p = pipeline(store)
+    p.run(msgs([txn(1, ts=T0), txn(2, ts=T0 + 3 * day)]))
+    again = p.run(msgs([txn(1, ts=T0), txn(2, ts=T0 + 3 * day)]))  # offsets 0 and 1 again
+    assert again.records == [] and again.skipped == 1  # t1: evicted, nothing re-emitted
+    (item,) = again.scored  # t2: still remembered, served again with its first features
+    assert item.redelivered and item.txn.txn_id == "t2"
+    fresh = p.run(msgs([txn(3, ts=T0 + 3 * day + 1)], start=2))
+    assert fresh.scored[0].features[FEATURE_NAMES.index("count_24h")] == 2
+
+
+def test_late_messages_move_the_position_so_a_reread_is_not_routed_twice(store: DictStore) -> None:
+    p = pipeline(store)
+    p.run(msgs([txn(1, ts=T0 + 10_000_000), txn(2, ts=T0)]))
+    assert cardrecord.unpack(store.data["c1"]).offset == 1
+    again = p.run(msgs([txn(2, ts=T0)], start=1))
+    assert again.records == [] and again.skipped == 1
+
+
+def test_another_partition_is_not_fenced(store: DictStore) -> None:
+    p = pipeline(store)
+    p.run(msgs([txn(1), txn(2)], start=10))
+    other = [SourceMessage("transactions", 0, 0, b"k", txn(3))]
+    out = p.run(other)
+    assert [s.redelivered for s in out.scored] == [False]

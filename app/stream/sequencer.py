@@ -1,0 +1,103 @@
+"""Lets an agent see each partition's messages strictly in offset order, with no gap.
+
+Card state is folded in log order and fenced by source position (app.stream.cardrecord), so a
+message handed to an agent after a later one of its partition would be skipped as already
+applied, or routed late. Faust can do exactly that around rebalances: a fetched message that
+was never delivered to the stream is counted as read while the next ones flow on (see
+app.stream.offsets). The sequencer checks every event against the next offset it expects for
+the partition: an event past it holds the partition back (it is dropped unacknowledged,
+with every later one) and the partition is sought back to the expected offset, so the
+missing message and everything after it are read again, in order. A timer (`check`) seeks
+again when a partition stays held: records fetched before a seek can still be delivered after
+it and move Faust's read offset past the target, so the first seek does not always take.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from faust.types import EventT
+
+from app.stream import metrics
+
+log = logging.getLogger(__name__)
+
+
+class PartitionSequencer:
+    """Admits events in offset order per partition; seeks back over a gap (see the module)."""
+
+    def __init__(self, app: Any, *, reseek_after_s: float = 3.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.app = app
+        self.reseek_after_s = reseek_after_s
+        self.clock = clock
+        self._generation: int | None = None
+        self._expected: dict[Any, int] = {}
+        self._sought: dict[Any, tuple[int, float]] = {}
+
+    async def admit(self, events: Sequence[EventT]) -> list[EventT]:
+        """The events that may be processed now, in order; the others are not to be acked."""
+        consumer = self.app.consumer
+        generation = self.app.consumer_generation_id
+        if generation != self._generation:  # a rebalance: Faust sought to the commits again
+            self._generation = generation
+            self._expected.clear()
+            self._sought.clear()
+        assigned = consumer.assignment()
+        admitted: list[EventT] = []
+        held: set[Any] = set()
+        for event in events:
+            tp, offset = event.message.tp, event.message.offset
+            if tp not in assigned or tp in held:
+                metrics.SEQUENCE_HELD.labels(tp.topic).inc()
+                continue  # revoked (its new owner reads it), or behind a gap of its partition
+            expected = self._expected.get(tp)
+            if expected is None:
+                expected = await self._start_of(consumer, tp)
+            if offset > expected:
+                held.add(tp)
+                metrics.SEQUENCE_HELD.labels(tp.topic).inc()
+                await self._seek_back(consumer, tp, expected, offset)
+                continue
+            # offset < expected is a re-read (after a seek): card positions make it a no-op
+            self._expected[tp] = max(expected, offset + 1)
+            self._sought.pop(tp, None)
+            admitted.append(event)
+        return admitted
+
+    async def check(self) -> int:
+        """Seek again every partition held back for `reseek_after_s`; returns how many."""
+        if self.app.consumer_generation_id != self._generation:
+            return 0  # the next batch starts over from the commits
+        assigned = self.app.consumer.assignment()
+        now = self.clock()
+        stuck = [(tp, expected) for tp, (expected, at) in self._sought.items()
+                 if tp in assigned and now - at >= self.reseek_after_s]
+        for tp, expected in stuck:
+            log.warning("%s: still waiting for offset %d; seeking to it again", tp, expected)
+            metrics.SEQUENCE_SEEKS.labels(tp.topic).inc()
+            self._sought[tp] = (expected, now)
+            await self.app.consumer.seek(tp, expected)
+        return len(stuck)
+
+    async def _start_of(self, consumer: Any, tp: Any) -> int:
+        """Where this partition's processing resumes: the group's commit, else the log start."""
+        committed = consumer._committed_offset.get(tp)
+        if committed is not None:
+            return int(committed)
+        earliest = (await consumer.earliest_offsets(tp)).get(tp)
+        return int(earliest or 0)
+
+    async def _seek_back(self, consumer: Any, tp: Any, expected: int, got: int) -> None:
+        last = self._sought.get(tp)
+        now = self.clock()
+        if last is not None and last[0] == expected and now - last[1] < self.reseek_after_s:
+            return  # already sought back to it; the rest of the old fetch is still draining
+        log.warning("%s: offset %d arrived before %d; reading again from %d", tp, got, expected,
+                    expected)
+        metrics.SEQUENCE_SEEKS.labels(tp.topic).inc()
+        self._sought[tp] = (expected, now)
+        await consumer.seek(tp, expected)
