@@ -70,3 +70,28 @@ async def test_watchdog_leaves_healthy_and_unwatched_partitions_alone() -> None:
     dog = CommitWatchdog(["transactions"], stall_s=0)
     assert await dog.check(healthy, now=100) == 0
     assert await CommitWatchdog(["actions"], stall_s=0).check(other, now=100) == 0
+
+
+async def test_seeks_run_on_the_consumer_thread_and_outdate_earlier_fetches() -> None:
+    """The seek is handed to the thread that owns the aiokafka consumer (never called from the
+    app's loop), and it bumps the partition's epoch so records fetched before it are dropped."""
+    from types import SimpleNamespace
+
+    from app.stream.offsets import _seek_epochs, thread_safe_seek
+
+    calls: list[tuple[str, Any, int]] = []
+
+    def seek_on_thread(tp: Any, offset: int) -> None:
+        calls.append(("seek", tp, offset))
+
+    async def call_thread(fun: Any, *args: Any) -> None:
+        calls.append(("call_thread", fun, 0))
+        fun(*args)
+
+    consumer: Any = SimpleNamespace(_thread=SimpleNamespace(seek=seek_on_thread,
+                                                            call_thread=call_thread))
+    tp = FakeTP(("transactions", 2))
+    before = dict(_seek_epochs(consumer))
+    await thread_safe_seek(consumer, tp, 41)
+    assert calls == [("call_thread", seek_on_thread, 0), ("seek", tp, 41)]
+    assert _seek_epochs(consumer)[tp] == before.get(tp, 0) + 1
