@@ -84,6 +84,7 @@ class Topology:
         self.expected_served = 0
         self.extra: dict[str, object] = {}
         self.retries_seen = 0
+        self.skipped_seen = 0
 
     # --- processes --------------------------------------------------------------------------
     def start_service(self) -> Spawned:
@@ -101,7 +102,8 @@ class Topology:
         return [w for w in self.workers if w.alive()]
 
     def close(self) -> None:
-        self.retries_seen += self.dispatch_retries()
+        self.retries_seen += self.worker_metric("fraudstream_dispatch_retries_total")
+        self.skipped_seen += self.worker_metric("fraudstream_reread_skipped_total")
         for worker in self.workers:
             worker.stop(timeout_s=30)
         if self.service is not None:
@@ -110,8 +112,8 @@ class Topology:
         if proxy is not None:
             proxy.stop()
 
-    def dispatch_retries(self) -> int:
-        """Failed POSTs the live workers' dispatchers retried (from their /metrics)."""
+    def worker_metric(self, name: str) -> int:
+        """A counter summed over the live workers' /metrics (killed workers' counts are gone)."""
         import urllib.request
 
         total = 0
@@ -123,7 +125,7 @@ class Topology:
             except OSError:
                 continue
             total += int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                             if line.startswith("fraudstream_dispatch_retries_total{")))
+                             if line.startswith((f"{name} ", f"{name}{{"))))
         return total
 
     def mark_fault(self) -> None:
@@ -234,11 +236,16 @@ class Topology:
         audit = audit_served(self.settings, lines)
         if not audit.ok:
             problems.append(f"audit-skew: {audit.render()[:500]}")
-        # transactions the pipeline read twice (a crash before the offset commit), beyond the
-        # redeliveries the log itself contains
-        served_again = sum(1 for r in read(self.settings, topics.FEATURES_SERVED)
-                           if orjson.loads(r.value)["redelivered"])
-        report.extra["rereads"] = served_again - run.offline.redelivered
+        # source messages the pipeline processed more than once (read again after a crash or
+        # rebalance); the log's own redeliveries are distinct messages and do not count
+        seen: set[tuple[int, int]] = set()
+        again = 0
+        for r in read(self.settings, topics.FEATURES_SERVED):
+            row = orjson.loads(r.value)
+            position = (row["partition"], row["offset"])
+            again += position in seen
+            seen.add(position)
+        report.extra["rereads"] = again
         return report
 
     def _card_problems(self, actions: Sequence[object]) -> list[str]:
@@ -307,5 +314,6 @@ def run_scenario(
         report.extra.update(topo.extra)
     finally:
         topo.close()
+    report.extra["reread_skipped"] = topo.skipped_seen
     report.extra["dispatch_retries"] = topo.retries_seen
     return report
