@@ -246,6 +246,10 @@ class Topology:
             again += position in seen
             seen.add(position)
         report.extra["rereads"] = again
+        # replays the log's own redeliveries cause (an actioned txn_id sent again), so the
+        # replays a fault caused can be told apart from them
+        sent = Counter(_txn_id(line) for line in lines)
+        report.extra["log_replays"] = sum(sent[a.txn_id] - 1 for a in run.actions)
         return report
 
     def _card_problems(self, actions: Sequence[object]) -> list[str]:
@@ -271,6 +275,14 @@ class Topology:
             problems.append(f"cards frozen that the oracle never froze: "
                             f"{sorted(frozen_cards - set(first_freeze))[:5]}")
         return problems
+
+
+def _txn_id(line: bytes) -> str | None:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return value.get("txn_id") if isinstance(value, dict) else None
 
 
 def run_scenario(
