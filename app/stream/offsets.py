@@ -25,8 +25,9 @@ problems seen here under worker kills and rebalances (also reported upstream: fa
 4. `Consumer.seek` reaches the aiokafka consumer from the app's event loop, though that
    consumer and its fetcher live on Faust's consumer thread. `thread_safe_seek` makes the
    call on that thread, as Faust already does for its own seek to the committed offsets.
-   Records fetched before a seek are then dropped by the drain loop: delivered after it, they
-   would move the read offset past the seek's target and the re-read would be discarded.
+   After a seek the drain loop hands over nothing of that partition until the target offset
+   itself arrives: records fetched before the seek, delivered after it, would move the read
+   offset past the target and the re-read would be discarded.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -81,15 +81,17 @@ async def thread_safe_seek(self: ThreadDelegateConsumer, partition: Any, offset:
     with an in-flight fetch, whose records can then move the position past the target
     (messages skipped) or wake nobody (the partition stalls).
     """
+    # set before the seek: from here on, the drain hands over nothing of this partition
+    # until the target itself arrives (records fetched before the seek are stale)
+    _seek_targets(self)[partition] = (offset, self.app.consumer_generation_id)
     await self._thread.call_thread(self._thread.seek, partition, offset)
-    _seek_epochs(self)[partition] += 1  # records fetched before now are stale (see the drain)
 
 
-def _seek_epochs(consumer: Consumer) -> dict[Any, int]:
-    epochs = consumer.__dict__.get("_fraudstream_seek_epochs")
-    if epochs is None:
-        epochs = consumer.__dict__["_fraudstream_seek_epochs"] = defaultdict(int)
-    return epochs
+def _seek_targets(consumer: Consumer) -> dict[Any, tuple[int, int]]:
+    targets = consumer.__dict__.get("_fraudstream_seek_targets")
+    if targets is None:
+        targets = consumer.__dict__["_fraudstream_seek_targets"] = {}
+    return targets
 
 
 async def _no_gap(self: Consumer, tp: Any, offset_from: int, offset_to: int) -> None:
@@ -169,8 +171,7 @@ async def ordered_drain_messages(self: Consumer, fetcher: Any) -> None:  # pragm
     try:
         while not (consumer_should_stop() or fetcher_should_stop()):
             self.diag.set_flag(CONSUMER_FETCHING)
-            epochs = _seek_epochs(self)
-            fetched_at = dict(epochs)
+            targets = _seek_targets(self)
             ait = getmany(timeout=1.0)
             await self.sleep(0)
             if self.should_stop:
@@ -183,8 +184,14 @@ async def ordered_drain_messages(self: Consumer, fetcher: Any) -> None:  # pragm
                     num_since_yield = 0
                 if tp in interrupted:
                     continue  # everything after an interrupted hand-over is fetched again
-                if epochs[tp] != fetched_at.get(tp, 0):
-                    continue  # fetched before a seek of its partition: stale, read again there
+                target = targets.get(tp)
+                if target is not None:
+                    if target[1] != self.app.consumer_generation_id:
+                        del targets[tp]  # a rebalance sought everything to the commits since
+                    elif message.offset != target[0]:
+                        continue  # fetched before the seek: stale, it is read again from there
+                    else:
+                        del targets[tp]
                 offset = message.offset
                 r_offset = get_read_offset(tp)
                 if r_offset is not None and offset < r_offset:

@@ -72,12 +72,12 @@ async def test_watchdog_leaves_healthy_and_unwatched_partitions_alone() -> None:
     assert await CommitWatchdog(["actions"], stall_s=0).check(other, now=100) == 0
 
 
-async def test_seeks_run_on_the_consumer_thread_and_outdate_earlier_fetches() -> None:
+async def test_seeks_run_on_the_consumer_thread_and_set_the_drain_target() -> None:
     """The seek is handed to the thread that owns the aiokafka consumer (never called from the
-    app's loop), and it bumps the partition's epoch so records fetched before it are dropped."""
+    app's loop), and the drain is told to hand over nothing of the partition before the target."""
     from types import SimpleNamespace
 
-    from app.stream.offsets import _seek_epochs, thread_safe_seek
+    from app.stream.offsets import _seek_targets, thread_safe_seek
 
     calls: list[tuple[str, Any, int]] = []
 
@@ -89,9 +89,9 @@ async def test_seeks_run_on_the_consumer_thread_and_outdate_earlier_fetches() ->
         fun(*args)
 
     consumer: Any = SimpleNamespace(_thread=SimpleNamespace(seek=seek_on_thread,
-                                                            call_thread=call_thread))
+                                                            call_thread=call_thread),
+                                    app=SimpleNamespace(consumer_generation_id=7))
     tp = FakeTP(("transactions", 2))
-    before = dict(_seek_epochs(consumer))
     await thread_safe_seek(consumer, tp, 41)
     assert calls == [("call_thread", seek_on_thread, 0), ("seek", tp, 41)]
-    assert _seek_epochs(consumer)[tp] == before.get(tp, 0) + 1
+    assert _seek_targets(consumer)[tp] == (41, 7)
