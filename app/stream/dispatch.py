@@ -14,7 +14,6 @@ from app.actions.delivery import ActionDeliverer, DeliveryResult, Rejected
 from app.settings import Settings
 from app.stream import topics
 from app.stream.records import OutRecord, SourceMessage, rejected_record
-from app.stream.sequencer import PartitionSequencer
 
 log = logging.getLogger(__name__)
 
@@ -73,22 +72,13 @@ def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> None
                        key_serializer="raw", value_serializer="raw",
                        partitions=settings.topic_partitions, replicas=settings.topic_replication)
 
-    sequencer = PartitionSequencer(app)  # a card's actions are delivered in log order
-
-    @app.timer(interval=1.0)
-    async def reseek_held_actions() -> None:  # pragma: no cover - end to end
-        await sequencer.check()
-
     @app.agent(source, name="dispatch")
     async def dispatch(stream: faust.StreamT) -> None:  # pragma: no cover - end to end
         async with ActionDeliverer(settings) as deliverer:
             # acked only once every action of the batch is delivered or dead-lettered
             stream.enable_acks = False  # never auto-acks (see the score agent)
-            async for taken in stream.noack_take(settings.dispatch_concurrency * 4,
-                                                 within=settings.max_wait_s):
-                events = await sequencer.admit(taken)
-                if not events:
-                    continue
+            async for events in stream.noack_take(settings.dispatch_concurrency * 4,
+                                                  within=settings.max_wait_s):
                 batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
                                        e.message.key, e.message.value) for e in events]
                 dlq = await dispatch_batch(deliverer, batch)

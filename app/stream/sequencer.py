@@ -56,7 +56,11 @@ class PartitionSequencer:
                 continue  # revoked (its new owner reads it), or behind a gap of its partition
             expected = self._expected.get(tp)
             if expected is None:
-                expected = await self._start_of(consumer, tp)
+                # where the group's commit says this partition resumes; with no commit yet the
+                # first offset seen is taken as the start (a seek to the log start can race
+                # with the fetch Faust began there, and wait for it forever)
+                committed = consumer._committed_offset.get(tp)
+                expected = offset if committed is None else int(committed)
             if offset > expected:
                 held.add(tp)
                 metrics.SEQUENCE_HELD.labels(tp.topic).inc()
@@ -82,14 +86,6 @@ class PartitionSequencer:
             self._sought[tp] = (expected, now)
             await self.app.consumer.seek(tp, expected)
         return len(stuck)
-
-    async def _start_of(self, consumer: Any, tp: Any) -> int:
-        """Where this partition's processing resumes: the group's commit, else the log start."""
-        committed = consumer._committed_offset.get(tp)
-        if committed is not None:
-            return int(committed)
-        earliest = (await consumer.earliest_offsets(tp)).get(tp)
-        return int(earliest or 0)
 
     async def _seek_back(self, consumer: Any, tp: Any, expected: int, got: int) -> None:
         last = self._sought.get(tp)

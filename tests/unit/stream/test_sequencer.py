@@ -22,9 +22,6 @@ class FakeConsumer:
     def assignment(self) -> set[TP]:
         return self.assigned
 
-    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
-        return dict.fromkeys(tps, 3)
-
     async def seek(self, tp: TP, offset: int) -> None:
         self.seeks.append((tp, offset))
 
@@ -87,11 +84,10 @@ def test_a_rebalance_restarts_from_the_commits() -> None:
     assert consumer.seeks == [(A, 11)]
 
 
-def test_no_commit_yet_starts_at_the_log_start() -> None:
+def test_no_commit_yet_takes_the_first_offset_seen() -> None:
     seq, consumer, _ = setup({})
-    assert admit(seq, [ev(A, 4)]) == []
-    assert consumer.seeks == [(A, 3)]
-    assert admit(seq, [ev(A, 3), ev(A, 4)]) == [(0, 3), (0, 4)]
+    assert admit(seq, [ev(A, 4), ev(A, 5), ev(A, 7)]) == [(0, 4), (0, 5)]
+    assert consumer.seeks == [(A, 6)]
 
 
 def test_a_partition_still_held_is_sought_again_by_the_timer() -> None:
