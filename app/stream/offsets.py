@@ -65,7 +65,9 @@ def strict_new_offset(self: Consumer, tp: Any) -> int | None:
             gap_for_tp.chop(0, max(fill[-1], max_offset + 1))
     acked.sort()
     committed = self._committed_offset[tp]
-    if committed is not None and acked[0] > committed:
+    if committed is None:
+        return None  # where the partition starts is not known yet (CommitWatchdog fills it in)
+    if acked[0] > committed:
         return None  # the message at `committed` is not done yet: never commit past it
     batch = next(consecutive_numbers(acked))
     acked[: len(batch)] = []
@@ -116,6 +118,28 @@ class CommitWatchdog:
         self._stuck_since: dict[Any, float] = {}
         self.repairs = 0
 
+    async def fill_unknown_commits(self, consumer: Consumer) -> int:
+        """Take the log start as the committed offset of partitions the group never committed.
+
+        Faust leaves such a partition's committed offset unknown (None) and then commits the
+        first run of acknowledged offsets wherever it starts: messages read but never handed
+        over right after the first rebalance (Faust drops them while the flow is suspended)
+        would be committed unprocessed. With the log start in place, the strict commit waits
+        for them and `check` re-reads them.
+        """
+        unknown = [tp for tp in consumer.assignment()
+                   if tp.topic in self.topics and consumer._committed_offset.get(tp) is None]
+        if not unknown:
+            return 0
+        earliest = await consumer.earliest_offsets(*unknown)
+        filled = 0
+        for tp in unknown:
+            start = earliest.get(tp)
+            if start is not None and consumer._committed_offset.get(tp) is None:
+                consumer._committed_offset[tp] = start
+                filled += 1
+        return filled
+
     def stuck(self, consumer: Consumer) -> list[tuple[Any, int]]:
         """Partitions whose first acknowledged offset lies past the committed one, right now."""
         out = []
@@ -130,6 +154,7 @@ class CommitWatchdog:
 
     async def check(self, consumer: Consumer, now: float | None = None) -> int:
         """Repair partitions stuck for longer than `stall_s`; returns how many were repaired."""
+        await self.fill_unknown_commits(consumer)
         now = time.monotonic() if now is None else now
         stuck = dict(self.stuck(consumer))
         for tp in list(self._stuck_since):

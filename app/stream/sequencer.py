@@ -56,11 +56,14 @@ class PartitionSequencer:
                 continue  # revoked (its new owner reads it), or behind a gap of its partition
             expected = self._expected.get(tp)
             if expected is None:
-                # where the group's commit says this partition resumes; with no commit yet the
-                # first offset seen is taken as the start (a seek to the log start can race
-                # with the fetch Faust began there, and wait for it forever)
                 committed = consumer._committed_offset.get(tp)
-                expected = offset if committed is None else int(committed)
+                if committed is None:
+                    # where the partition starts is not known until the CommitWatchdog reads
+                    # its log start: nothing of it is processed before
+                    held.add(tp)
+                    metrics.SEQUENCE_HELD.labels(tp.topic).inc()
+                    continue
+                expected = int(committed)
             if offset > expected:
                 held.add(tp)
                 metrics.SEQUENCE_HELD.labels(tp.topic).inc()

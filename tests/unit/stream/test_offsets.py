@@ -95,3 +95,24 @@ async def test_seeks_run_on_the_consumer_thread_and_set_the_drain_target() -> No
     await thread_safe_seek(consumer, tp, 41)
     assert calls == [("call_thread", seek_on_thread, 0), ("seek", tp, 41)]
     assert _seek_targets(consumer)[tp] == (41, 7)
+
+
+async def test_no_commit_before_the_partition_start_is_known_then_the_watchdog_fills_it() -> None:
+    """Upstream commits the first acked run wherever it starts when the group never committed:
+    messages dropped during the first rebalance (offsets 0-2 here) would be skipped for good."""
+    consumer = FakeConsumer(None, [3, 4, 5])
+    assert UPSTREAM_NEW_OFFSET(consumer, consumer.tp) == 6  # upstream: 0-2 lost
+    consumer = FakeConsumer(None, [3, 4, 5])
+    assert strict_new_offset(consumer, consumer.tp) is None
+
+    async def earliest_offsets(*tps: Any) -> dict[Any, int]:
+        return dict.fromkeys(tps, 0)
+
+    consumer.earliest_offsets = earliest_offsets  # type: ignore[attr-defined]
+    watchdog = CommitWatchdog(["transactions"], stall_s=10)
+    assert await watchdog.fill_unknown_commits(consumer) == 1  # type: ignore[arg-type]
+    assert consumer._committed_offset[consumer.tp] == 0
+    assert strict_new_offset(consumer, consumer.tp) is None  # 0 is not done: wait for it
+    assert await watchdog.check(consumer, now=0.0) == 0  # type: ignore[arg-type]
+    assert await watchdog.check(consumer, now=11.0) == 1  # type: ignore[arg-type]
+    assert consumer.seeks == [(consumer.tp, 0)]

@@ -84,10 +84,12 @@ def test_a_rebalance_restarts_from_the_commits() -> None:
     assert consumer.seeks == [(A, 11)]
 
 
-def test_no_commit_yet_takes_the_first_offset_seen() -> None:
+def test_nothing_passes_before_the_partition_start_is_known() -> None:
     seq, consumer, _ = setup({})
-    assert admit(seq, [ev(A, 4), ev(A, 5), ev(A, 7)]) == [(0, 4), (0, 5)]
-    assert consumer.seeks == [(A, 6)]
+    assert admit(seq, [ev(A, 4), ev(A, 5)]) == []  # no commit: the watchdog fills it in
+    consumer._committed_offset[A] = 0  # the log start
+    assert admit(seq, [ev(A, 6)]) == []  # 0..5 were dropped: read again from the start
+    assert consumer.seeks == [(A, 0)]
 
 
 def test_a_partition_still_held_is_sought_again_by_the_timer() -> None:
