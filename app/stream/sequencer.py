@@ -52,7 +52,7 @@ class PartitionSequencer:
         for event in events:
             tp, offset = event.message.tp, event.message.offset
             if tp not in assigned or tp in held:
-                metrics.SEQUENCE_HELD.labels(tp.topic).inc()
+                self._release(consumer, event)
                 continue  # revoked (its new owner reads it), or behind a gap of its partition
             expected = self._expected.get(tp)
             if expected is None:
@@ -61,12 +61,12 @@ class PartitionSequencer:
                     # where the partition starts is not known until the CommitWatchdog reads
                     # its log start: nothing of it is processed before
                     held.add(tp)
-                    metrics.SEQUENCE_HELD.labels(tp.topic).inc()
+                    self._release(consumer, event)
                     continue
                 expected = int(committed)
             if offset > expected:
                 held.add(tp)
-                metrics.SEQUENCE_HELD.labels(tp.topic).inc()
+                self._release(consumer, event)
                 await self._seek_back(consumer, tp, expected, offset)
                 continue
             # offset < expected is a re-read (after a seek): card positions make it a no-op
@@ -89,6 +89,13 @@ class PartitionSequencer:
             self._sought[tp] = (expected, now)
             await self.app.consumer.seek(tp, expected)
         return len(stuck)
+
+    @staticmethod
+    def _release(consumer: Any, event: EventT) -> None:
+        """Forget a held event without acknowledging it: its offset is not committed (it is
+        read again), and a rebalance does not wait for it (Faust's wait_empty would, forever)."""
+        metrics.SEQUENCE_HELD.labels(event.message.tp.topic).inc()
+        consumer._unacked_messages.discard(event.message)
 
     async def _seek_back(self, consumer: Any, tp: Any, expected: int, got: int) -> None:
         last = self._sought.get(tp)

@@ -16,6 +16,7 @@ A, B = TP("transactions", 0), TP("transactions", 1)
 class FakeConsumer:
     def __init__(self, committed: dict[TP, int], assigned: set[TP]) -> None:
         self._committed_offset = dict(committed)
+        self._unacked_messages: set[Any] = set()
         self.assigned = assigned
         self.seeks: list[tuple[TP, int]] = []
 
@@ -26,8 +27,18 @@ class FakeConsumer:
         self.seeks.append((tp, offset))
 
 
-def ev(tp: TP, offset: int) -> Any:
-    return SimpleNamespace(message=SimpleNamespace(tp=tp, offset=offset))
+class Msg:
+    """A consumed message (hashable by identity, as Faust's are)."""
+
+    def __init__(self, tp: TP, offset: int) -> None:
+        self.tp, self.offset = tp, offset
+
+
+def ev(tp: TP, offset: int, consumer: FakeConsumer | None = None) -> Any:
+    message = Msg(tp, offset)
+    if consumer is not None:
+        consumer._unacked_messages.add(message)
+    return SimpleNamespace(message=message)
 
 
 def offsets(events: list[Any]) -> list[tuple[int, int]]:
@@ -106,3 +117,11 @@ def test_a_partition_still_held_is_sought_again_by_the_timer() -> None:
     assert admit(seq, [ev(A, 10)]) == [(0, 10)]
     now[0] = 10.0
     assert asyncio.run(seq.check()) == 0  # no longer held
+
+
+def test_held_events_are_released_unacked_so_a_rebalance_does_not_wait_for_them() -> None:
+    seq, consumer, _ = setup({A: 10})
+    kept, gap = ev(A, 10, consumer), ev(A, 12, consumer)
+    asyncio.run(seq.admit([kept, gap]))
+    assert gap.message not in consumer._unacked_messages  # Faust's wait_empty would hang
+    assert kept.message in consumer._unacked_messages  # processed: acked by the agent later
