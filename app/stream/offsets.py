@@ -28,6 +28,11 @@ problems seen here under worker kills and rebalances (also reported upstream: fa
    After a seek the drain loop hands over nothing of that partition until the target offset
    itself arrives: records fetched before the seek, delivered after it, would move the read
    offset past the target and the re-read would be discarded.
+5. A partition the group never committed has no known committed offset, and Faust then
+   commits the first run of acknowledged offsets wherever it starts. The messages it dropped
+   during the workers' first rebalance would be committed unprocessed (lost actions, at the
+   start of a run). `strict_new_offset` commits nothing there until `CommitWatchdog` has filled
+   in the log start as the committed offset.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ class PartitionSequencer:
         self._generation: int | None = None
         self._expected: dict[Any, int] = {}
         self._sought: dict[Any, tuple[int, float]] = {}
+        self._unstarted: set[Any] = set()  # held before their start was known
 
     async def admit(self, events: Sequence[EventT]) -> list[EventT]:
         """The events that may be processed now, in order; the others are not to be acked."""
@@ -46,6 +47,7 @@ class PartitionSequencer:
             self._generation = generation
             self._expected.clear()
             self._sought.clear()
+            self._unstarted.clear()
         assigned = consumer.assignment()
         admitted: list[EventT] = []
         held: set[Any] = set()
@@ -59,8 +61,9 @@ class PartitionSequencer:
                 committed = consumer._committed_offset.get(tp)
                 if committed is None:
                     # where the partition starts is not known until the CommitWatchdog reads
-                    # its log start: nothing of it is processed before
+                    # its log start: nothing of it is processed before (`check` seeks there)
                     held.add(tp)
+                    self._unstarted.add(tp)
                     self._release(consumer, event)
                     continue
                 expected = int(committed)
@@ -79,15 +82,22 @@ class PartitionSequencer:
         """Seek again every partition held back for `reseek_after_s`; returns how many."""
         if self.app.consumer_generation_id != self._generation:
             return 0  # the next batch starts over from the commits
-        assigned = self.app.consumer.assignment()
+        consumer = self.app.consumer
+        assigned = consumer.assignment()
         now = self.clock()
         stuck = [(tp, expected) for tp, (expected, at) in self._sought.items()
                  if tp in assigned and now - at >= self.reseek_after_s]
+        for tp in list(self._unstarted):  # events were dropped before the start was known
+            committed = consumer._committed_offset.get(tp)
+            if committed is not None and tp not in self._expected:
+                self._unstarted.discard(tp)
+                if tp in assigned:
+                    stuck.append((tp, int(committed)))
         for tp, expected in stuck:
-            log.warning("%s: still waiting for offset %d; seeking to it again", tp, expected)
+            log.warning("%s: still waiting for offset %d; seeking to it", tp, expected)
             metrics.SEQUENCE_SEEKS.labels(tp.topic).inc()
             self._sought[tp] = (expected, now)
-            await self.app.consumer.seek(tp, expected)
+            await consumer.seek(tp, expected)
         return len(stuck)
 
     @staticmethod
