@@ -37,7 +37,6 @@ class PartitionSequencer:
         self._generation: int | None = None
         self._expected: dict[Any, int] = {}
         self._sought: dict[Any, tuple[int, float]] = {}
-        self._unstarted: set[Any] = set()  # held before their start was known
 
     async def admit(self, events: Sequence[EventT]) -> list[EventT]:
         """The events that may be processed now, in order; the others are not to be acked."""
@@ -47,7 +46,6 @@ class PartitionSequencer:
             self._generation = generation
             self._expected.clear()
             self._sought.clear()
-            self._unstarted.clear()
         assigned = consumer.assignment()
         admitted: list[EventT] = []
         held: set[Any] = set()
@@ -58,15 +56,7 @@ class PartitionSequencer:
                 continue  # revoked (its new owner reads it), or behind a gap of its partition
             expected = self._expected.get(tp)
             if expected is None:
-                committed = consumer._committed_offset.get(tp)
-                if committed is None:
-                    # where the partition starts is not known until the CommitWatchdog reads
-                    # its log start: nothing of it is processed before (`check` seeks there)
-                    held.add(tp)
-                    self._unstarted.add(tp)
-                    self._release(consumer, event)
-                    continue
-                expected = int(committed)
+                expected = await self._start_of(consumer, tp)
             if offset > expected:
                 held.add(tp)
                 self._release(consumer, event)
@@ -87,18 +77,20 @@ class PartitionSequencer:
         now = self.clock()
         stuck = [(tp, expected) for tp, (expected, at) in self._sought.items()
                  if tp in assigned and now - at >= self.reseek_after_s]
-        for tp in list(self._unstarted):  # events were dropped before the start was known
-            committed = consumer._committed_offset.get(tp)
-            if committed is not None and tp not in self._expected:
-                self._unstarted.discard(tp)
-                if tp in assigned:
-                    stuck.append((tp, int(committed)))
         for tp, expected in stuck:
             log.warning("%s: still waiting for offset %d; seeking to it", tp, expected)
             metrics.SEQUENCE_SEEKS.labels(tp.topic).inc()
             self._sought[tp] = (expected, now)
             await consumer.seek(tp, expected)
         return len(stuck)
+
+    async def _start_of(self, consumer: Any, tp: Any) -> int:
+        """Where this partition's processing resumes: the group's commit, else the log start."""
+        committed = consumer._committed_offset.get(tp)
+        if committed is not None:
+            return int(committed)
+        earliest = (await consumer.earliest_offsets(tp)).get(tp)
+        return int(earliest or 0)
 
     @staticmethod
     def _release(consumer: Any, event: EventT) -> None:

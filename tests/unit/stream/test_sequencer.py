@@ -23,6 +23,9 @@ class FakeConsumer:
     def assignment(self) -> set[TP]:
         return self.assigned
 
+    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
+        return dict.fromkeys(tps, 3)
+
     async def seek(self, tp: TP, offset: int) -> None:
         self.seeks.append((tp, offset))
 
@@ -95,13 +98,11 @@ def test_a_rebalance_restarts_from_the_commits() -> None:
     assert consumer.seeks == [(A, 11)]
 
 
-def test_nothing_passes_before_the_partition_start_is_known() -> None:
+def test_no_commit_yet_starts_at_the_log_start() -> None:
     seq, consumer, _ = setup({})
-    assert admit(seq, [ev(A, 4), ev(A, 5)]) == []  # no commit: the watchdog fills it in
-    consumer._committed_offset[A] = 0  # the log start
-    assert asyncio.run(seq.check()) == 1  # 4 and 5 were dropped: read again from the start
-    assert consumer.seeks == [(A, 0)]
-    assert admit(seq, [ev(A, 0), ev(A, 1)]) == [(0, 0), (0, 1)]
+    assert admit(seq, [ev(A, 4)]) == []
+    assert consumer.seeks == [(A, 3)]
+    assert admit(seq, [ev(A, 3), ev(A, 4)]) == [(0, 3), (0, 4)]
 
 
 def test_a_partition_still_held_is_sought_again_by_the_timer() -> None:
