@@ -90,11 +90,15 @@ async def thread_safe_seek(self: ThreadDelegateConsumer, partition: Any, offset:
     """
     # set before the seek: from here on, the drain hands over nothing of this partition
     # until the target itself arrives (records fetched before the seek are stale)
-    _seek_targets(self)[partition] = (offset, self.app.consumer_generation_id)
+    _seek_targets(self)[partition] = (offset, self.app.consumer_generation_id, time.monotonic())
     await self._thread.call_thread(self._thread.seek, partition, offset)
 
 
-def _seek_targets(consumer: Consumer) -> dict[Any, tuple[int, int]]:
+#: A seek target not seen within this many seconds stops filtering (never drop silently for long).
+SEEK_TARGET_TTL_S = 3.0
+
+
+def _seek_targets(consumer: Consumer) -> dict[Any, tuple[int, int, float]]:
     targets = consumer.__dict__.get("_fraudstream_seek_targets")
     if targets is None:
         targets = consumer.__dict__["_fraudstream_seek_targets"] = {}
@@ -216,8 +220,11 @@ async def ordered_drain_messages(self: Consumer, fetcher: Any) -> None:  # pragm
                     continue  # everything after an interrupted hand-over is fetched again
                 target = targets.get(tp)
                 if target is not None:
-                    if target[1] != self.app.consumer_generation_id:
-                        del targets[tp]  # a rebalance sought everything to the commits since
+                    if (target[1] != self.app.consumer_generation_id
+                            or time.monotonic() - target[2] > SEEK_TARGET_TTL_S):
+                        # a rebalance sought everything to the commits since, or the target
+                        # never came: hand over again (the sequencer catches any gap)
+                        del targets[tp]
                     elif message.offset != target[0]:
                         continue  # fetched before the seek: stale, it is read again from there
                     else:
