@@ -19,7 +19,7 @@ from app.stream import metrics, topics
 from app.stream.cardstore import TableCardStore, card_table
 from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import add_dispatch_agent
-from app.stream.offsets import CommitWatchdog, install_strict_commits
+from app.stream.offsets import CommitWatchdog, consumer_state, install_strict_commits
 from app.stream.pipeline import TransactionPipeline
 from app.stream.records import OutRecord, SourceMessage
 from app.stream.scoring import ScoringStage
@@ -106,6 +106,7 @@ def create_app(
     if "dispatch" in agents:
         add_dispatch_agent(app, settings, fraud.send)
     _add_metrics_page(app)
+    _add_tasks_page(app)
     _add_loop_monitor(app)
     if "score" not in agents:
         return fraud
@@ -141,6 +142,10 @@ def create_app(
         metrics.SCORED.inc(len(outcome.scored))
 
     sequencer = PartitionSequencer(app)
+
+    @app.page("/debug/consumer")
+    async def consumer_page(web: Any, request: Any) -> Any:
+        return web.json({**consumer_state(app.consumer), "sequencer": sequencer.state()})
 
     @app.timer(interval=1.0)
     async def reseek_held_partitions() -> None:  # pragma: no cover - end to end
@@ -193,6 +198,33 @@ def _add_loop_monitor(app: faust.App, period_s: float = 0.1) -> None:
             if lag > worst:
                 worst = lag
                 metrics.LOOP_LAG_MAX.set(worst)
+
+
+def _await_chain(obj: Any) -> list[str]:
+    chain = []
+    while obj is not None and len(chain) < 40:
+        frame = (getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
+                 or getattr(obj, "gi_frame", None))
+        if frame is None:
+            chain.append(type(obj).__name__)
+            break
+        chain.append(f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} "
+                     f"{frame.f_code.co_name}")
+        obj = (getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)
+               or getattr(obj, "gi_yieldfrom", None))
+    return chain
+
+
+def _add_tasks_page(app: faust.App) -> None:
+    import gc
+    import types
+
+    @app.page("/debug/tasks")
+    async def tasks_page(web: Any, request: Any) -> Any:
+        tasks = [_await_chain(t.get_coro()) for t in asyncio.all_tasks()]
+        agens = [_await_chain(g) for g in gc.get_objects()
+                 if isinstance(g, types.AsyncGeneratorType) and g.ag_frame is not None]
+        return web.json({"tasks": tasks, "async_generators": agens})
 
 
 def _add_metrics_page(app: faust.App) -> None:

@@ -32,6 +32,11 @@ SEQUENCE_SEEKS: Final = Counter(
     "fraudstream_sequence_seeks_total",
     "Partitions sought back to a message that was skipped before reaching the agent.", ["topic"],
 )
+FETCH_HANDED_BACK: Final = Counter(
+    "fraudstream_fetch_handed_back_total",
+    "Records fetched for a partition that was paused meanwhile, handed back to be read again.",
+    ["topic"],
+)
 SCORED: Final = Counter("fraudstream_scored_total", "Transactions scored.")
 ACTIONS_EMITTED: Final = Counter(
     "fraudstream_actions_emitted_total", "Actions produced to the actions topic.", ["type"]

@@ -33,6 +33,15 @@ problems seen here under worker kills and rebalances (also reported upstream: fa
    during the workers' first rebalance would be committed unprocessed (lost actions, at the
    start of a run). `strict_new_offset` commits nothing there until `CommitWatchdog` has filled
    in the log start as the committed offset.
+6. Faust hands the consumer thread its live set of active partitions, which a rebalance empties
+   (recovery pauses everything) while a fetch is in flight; aiokafka then reads the empty set as
+   "every partition" and drains them all, and Faust's `getmany` skips every record of a partition
+   that is not active. The positions have moved past those records: a partition with a commit
+   is sought back to it when recovery ends, but one the group never committed is not
+   (aiokafka's `seek_to_committed` leaves it alone), so the new owner never saw its first
+   messages and never processed that partition at all. `snapshot_getmany` passes a copy (and
+   fetches nothing when it is empty); `hand_back_inactive` seeks a partition back to records
+   fetched while it was paused instead of skipping them.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ from typing import Any
 
 from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.utils.functional import consecutive_numbers
+
+from app.stream import metrics
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +116,54 @@ def _seek_targets(consumer: Consumer) -> dict[Any, tuple[int, int, float]]:
     return targets
 
 
+async def snapshot_getmany(self: ThreadDelegateConsumer, active_partitions: Any,
+                           timeout: float) -> Any:  # noqa: ASYNC109 - Faust's signature
+    """Faust's `_getmany`, handing the consumer thread a copy of the active partitions.
+
+    Upstream passes its live set, which the app's loop keeps changing (a rebalance pauses every
+    partition) while the thread fetches; aiokafka reads an empty set as "every partition".
+    """
+    if active_partitions is not None:
+        active_partitions = set(active_partitions)
+        if not active_partitions:
+            return {}
+    return await self._thread.getmany(active_partitions, timeout)
+
+
+_upstream_wait_next_records = Consumer._wait_next_records
+
+
+async def hand_back_inactive(self: Consumer, timeout: float) -> Any:  # noqa: ASYNC109
+    """Faust's `_wait_next_records`, except that records fetched for a partition that is not
+    active any more are handed back: the partition is sought back to the first of them.
+
+    Faust's `getmany` skips such records, though fetching them already moved the position past
+    them: they would be lost to this consumer, and nothing after them shows the gap (see the
+    module docstring, point 6).
+    """
+    records, active = await _upstream_wait_next_records(self, timeout)
+    if not records or active is None:
+        return records, active
+    for tp in [tp for tp in records if tp not in active and tp not in self._buffered_partitions
+               and not self._is_changelog_tp(tp)]:  # table recovery positions its own
+        dropped = records.pop(tp)
+        if not dropped:
+            continue
+        metrics.FETCH_HANDED_BACK.labels(tp.topic).inc(len(dropped))
+        log.info("%s: %d records from offset %d fetched while the partition was paused; "
+                 "reading them again", tp, len(dropped), dropped[0].offset)
+        target = _seek_targets(self).get(tp)
+        if target is not None and target[0] != dropped[0].offset:
+            continue  # fetched before a pending seek: that seek reads them again already
+        if tp in self.assignment():
+            try:
+                await self.seek(tp, dropped[0].offset)
+            except Exception as exc:  # noqa: BLE001 - revoked meanwhile: its next owner reads it
+                log.info("%s: not sought back (%r); its next owner starts at the commit",
+                         tp, exc)
+    return records, active
+
+
 async def _no_gap(self: Consumer, tp: Any, offset_from: int, offset_to: int) -> None:
     """Never count unfetched offsets as done (see the module docstring, point 2)."""
 
@@ -116,6 +175,8 @@ def install_strict_commits() -> None:
         Consumer._add_gap = _no_gap  # type: ignore[method-assign]
         Consumer._drain_messages = ordered_drain_messages  # type: ignore[method-assign]
         ThreadDelegateConsumer._seek = thread_safe_seek  # type: ignore[method-assign]
+        Consumer._wait_next_records = hand_back_inactive  # type: ignore[method-assign]
+        ThreadDelegateConsumer._getmany = snapshot_getmany  # type: ignore[method-assign]
 
 
 class CommitWatchdog:
@@ -259,3 +320,56 @@ async def ordered_drain_messages(self: Consumer, fetcher: Any) -> None:  # pragm
         raise
     finally:
         self.diag.unset_flag(CONSUMER_FETCHING)
+
+
+def consumer_state(consumer: Consumer) -> dict[str, Any]:
+    """A snapshot of the consumer's flow and per-partition bookkeeping, for diagnosing stalls
+    (served as JSON on a worker's /debug/consumer page). Read without locks: indicative only."""
+
+    def name(tp: Any) -> str:
+        return f"{tp.topic}:{tp.partition}"
+
+    def names(tps: Iterable[Any] | None) -> list[str]:
+        return sorted(name(tp) for tp in tps or ())
+
+    app = consumer.app
+    targets = _seek_targets(consumer)
+    partitions: dict[str, dict[str, Any]] = {}
+    for tp in consumer.assignment():
+        acked = consumer._acked.get(tp) or []
+        target = targets.get(tp)
+        partitions[name(tp)] = {
+            "read": consumer._read_offset.get(tp),
+            "committed": consumer._committed_offset.get(tp),
+            "acked_min": min(acked) if acked else None,
+            "acked": len(acked),
+            "seek_target": None if target is None else target[0],
+        }
+    state: dict[str, Any] = {
+        "generation": app.consumer_generation_id,
+        "flow_active": consumer.flow_active,
+        "can_resume_flow": consumer.can_resume_flow.is_set(),
+        "suspend_flow": consumer.suspend_flow.is_set(),
+        "in_recovery": bool(getattr(app, "in_recovery", False)),
+        "active": names(consumer._active_partitions),
+        "paused": names(consumer._paused_partitions),
+        "buffered": names(consumer._buffered_partitions),
+        "unacked": len(consumer._unacked_messages),
+        "partitions": partitions,
+        "conductor": {f"{tp.topic}:{tp.partition}": sorted(hex(id(c)) for c in chans)
+                      for tp, chans in getattr(app.topics, "_tp_index", {}).items()},
+        "callbacks": sorted(f"{tp.topic}:{tp.partition}"
+                            for tp in getattr(app.topics, "_tp_to_callback", {})),
+        "channels": {hex(id(c)): [str(c), c.queue.qsize()] for c in app.topics},
+    }
+    inner = getattr(getattr(consumer, "_thread", None), "_consumer", None)
+    if inner is not None:
+        subscription = inner._subscription.subscription
+        assignment = None if subscription is None else subscription.assignment
+        states = {} if assignment is None else assignment._tp_state
+        state["kafka"] = {
+            "paused": names(inner.paused()),
+            "positions": {name(tp): s._position for tp, s in states.items()},
+            "fetched": names(getattr(inner._fetcher, "_records", {}).keys()),
+        }
+    return state

@@ -68,6 +68,13 @@ class PartitionSequencer:
             admitted.append(event)
         return admitted
 
+    def state(self) -> dict[str, Any]:
+        """What the sequencer expects and waits for, per partition (diagnostics)."""
+        return {"generation": self._generation,
+                "expected": {f"{tp.topic}:{tp.partition}": n for tp, n in self._expected.items()},
+                "waiting_for": {f"{tp.topic}:{tp.partition}": n
+                                for tp, (n, _) in self._sought.items()}}
+
     async def check(self) -> int:
         """Seek again every partition held back for `reseek_after_s`; returns how many."""
         if self.app.consumer_generation_id != self._generation:

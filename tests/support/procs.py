@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from app.settings import Settings, settings_environ
 
@@ -79,6 +79,33 @@ class Spawned:
                 self.kill()
         with contextlib.suppress(Exception):
             self._log.close()
+
+    def debug(self, page: str) -> dict[str, Any]:
+        """A worker's diagnostics page (`consumer` or `tasks`), as JSON."""
+        import json
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.port}/debug/{page}"
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback test URL
+            return json.loads(resp.read())
+
+    def dump_diagnostics(self, timeout_s: float = 5.0) -> None:
+        """For a stuck worker: its /debug pages into `<log>.<page>.json`, then SIGUSR1, on
+        which a Faust (mode) worker writes every thread's and task's stack to its log."""
+        if not self.alive():
+            return
+        if self.port is not None:
+            import json
+
+            for page in ("consumer", "tasks"):
+                with contextlib.suppress(OSError, ValueError):
+                    self.log_path.with_suffix(f".{page}.json").write_text(
+                        json.dumps(self.debug(page), indent=1))
+        size = self.log_path.stat().st_size
+        os.kill(self.proc.pid, signal.SIGUSR1)
+        with contextlib.suppress(AssertionError):  # diagnostics only: never fail on it
+            wait_until(lambda: self.log_path.stat().st_size > size, timeout_s=timeout_s,
+                       what="a stack dump")
 
     def log_tail(self, n: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])

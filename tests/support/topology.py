@@ -198,6 +198,8 @@ class Topology:
         try:
             wait_until(recovered, timeout_s=timeout_s, interval_s=1.0, what="full recovery")
         except AssertionError as exc:
+            for worker in self.live_workers():  # what each stuck worker was waiting on
+                worker.dump_diagnostics()
             raise AssertionError(f"{exc}; last seen: {last[0] if last else '-'}") from None
         return time.monotonic() - (self.fault_at or time.monotonic())
 

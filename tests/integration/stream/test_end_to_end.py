@@ -38,6 +38,13 @@ def test_two_workers_50k_events_zero_skew_and_oracle_actions(
     try:
         sent = replay(fresh_settings, lines)
         wait_drained(fresh_settings, workers, expected=sent, timeout_s=300)
+        # every source partition is owned by one worker, which has read it (/debug/consumer)
+        source = fresh_settings.topic(topics.TRANSACTIONS) + ":"
+        owned = {tp: part["read"] for w in workers
+                 for tp, part in w.debug("consumer")["partitions"].items()
+                 if tp.startswith(source)}
+        assert len(owned) == fresh_settings.topic_partitions
+        assert all(read is not None and read > 0 for read in owned.values()), owned
     finally:
         for w in workers:
             w.stop()

@@ -116,3 +116,63 @@ async def test_no_commit_before_the_partition_start_is_known_then_the_watchdog_f
     assert await watchdog.check(consumer, now=0.0) == 0  # type: ignore[arg-type]
     assert await watchdog.check(consumer, now=11.0) == 1  # type: ignore[arg-type]
     assert consumer.seeks == [(consumer.tp, 0)]
+
+
+async def test_the_consumer_thread_fetches_for_a_copy_of_the_active_partitions() -> None:
+    """Faust's live set is emptied by a rebalance while the thread fetches, and aiokafka reads
+    an empty set as every partition: the thread gets a copy, and nothing when it is empty."""
+    from types import SimpleNamespace
+
+    from app.stream.offsets import snapshot_getmany
+
+    seen: list[Any] = []
+
+    async def getmany(active: Any, _timeout: float) -> dict[Any, list[Any]]:
+        seen.append(active)
+        active.clear()  # what a rebalance does to the live set meanwhile
+        return {}
+
+    consumer: Any = SimpleNamespace(_thread=SimpleNamespace(getmany=getmany))
+    live = {FakeTP(("transactions", 0)), FakeTP(("transactions", 1))}
+    await snapshot_getmany(consumer, live, 1.0)
+    assert live == {FakeTP(("transactions", 0)), FakeTP(("transactions", 1))}
+    assert await snapshot_getmany(consumer, set(), 1.0) == {}
+    assert len(seen) == 1  # an empty set fetches nothing instead of everything
+
+
+async def test_records_fetched_for_a_paused_partition_are_read_again(monkeypatch: Any) -> None:
+    """Faust skips records of a partition paused while they were in flight, though the fetch
+    moved the position past them: they are taken out and the partition is sought back."""
+    from types import SimpleNamespace
+
+    from app.stream import offsets
+
+    active_tp, paused_tp, stale_tp = (FakeTP(("transactions", i)) for i in range(3))
+    changelog_tp = FakeTP(("app-card_state-changelog", 0))
+
+    def recs(start: int, n: int) -> list[Any]:
+        return [SimpleNamespace(offset=o) for o in range(start, start + n)]
+
+    records = {active_tp: recs(10, 3), paused_tp: recs(0, 5), stale_tp: recs(70, 2),
+               changelog_tp: recs(0, 4)}
+
+    async def upstream(self: Any, _timeout: float) -> Any:
+        return records, {active_tp}
+
+    monkeypatch.setattr(offsets, "_upstream_wait_next_records", upstream)
+    seeks: list[tuple[Any, int]] = []
+
+    async def seek(tp: Any, offset: int) -> None:
+        seeks.append((tp, offset))
+
+    consumer: Any = SimpleNamespace(
+        _buffered_partitions=set(), seek=seek,
+        _is_changelog_tp=lambda tp: tp.topic.endswith("-changelog"),
+        assignment=lambda: {active_tp, paused_tp, stale_tp, changelog_tp})
+    # a seek of stale_tp to 50 is pending: what it fetched before is not its place to restart
+    offsets._seek_targets(consumer)[stale_tp] = (50, 1, 0.0)
+    got, active = await offsets.hand_back_inactive(consumer, 1.0)
+    assert active == {active_tp}
+    assert set(got) == {active_tp, changelog_tp}  # Faust's getmany filters the changelog one
+    assert [r.offset for r in got[active_tp]] == [10, 11, 12]
+    assert seeks == [(paused_tp, 0)]
