@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 FS := $(VENV)/bin/fraudstream
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-all test-unit test-fault stack-up stack-down bench lint clean
+.PHONY: setup demo test test-fast test-unit test-fault stack-up stack-down bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -20,14 +20,13 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(FS) demo
 
-# Unit and integration tests (real Kafka and Redis). The fault suite runs with `make test-fault`
-# (about 8 minutes); it is kept out of CI until it passes three runs in a row (README).
+# Everything: unit, integration (real Kafka and Redis) and the fault suite (about 8 minutes of it).
 test: setup
-	$(PY) -m pytest -m "not fault" $(PYTEST_ARGS)
-
-# Everything, the fault suite included.
-test-all: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Without the fault suite.
+test-fast: setup
+	$(PY) -m pytest -m "not fault" $(PYTEST_ARGS)
 
 test-fault: setup
 	$(PY) -m pytest -m fault $(PYTEST_ARGS)

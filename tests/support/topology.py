@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 import redis
+from aiokafka.errors import KafkaError
 
 from app.settings import Settings
 from app.stream import topics
@@ -183,8 +184,12 @@ class Topology:
         last: list[str] = []
 
         def recovered() -> bool:
-            size = asyncio.run(topic_sizes(self.settings, [source]))[source]
-            lags = self.lags()
+            try:
+                size = asyncio.run(topic_sizes(self.settings, [source]))[source]
+                lags = self.lags()
+            except KafkaError as exc:  # a restarted broker still electing leaders: not yet
+                last[:] = [f"Kafka not answering yet: {exc!r}"]
+                return False
             applied = {e["idempotency_key"] for e in effects(self.settings.effective_redis_url)}
             state = (f"in={size}/{total_messages} lag={lags} "
                      f"effects={len(applied)}/{len(expected_keys)} "
