@@ -48,7 +48,7 @@ class Settings:
     kafka_controller_port: int = _env(
         "FRAUDSTREAM_KAFKA_CONTROLLER_PORT", "Local KRaft controller port.", 19093
     )
-    kafka_heap: str = _env("FRAUDSTREAM_KAFKA_HEAP", "JVM heap for the local broker.", "512m")
+    kafka_heap: str = _env("FRAUDSTREAM_KAFKA_HEAP", "JVM heap for the local broker.", "1g")
     redis_port: int = _env("FRAUDSTREAM_REDIS_PORT", "Local Redis port.", 16379)
     redis_appendfsync: AppendFsync = _env(
         "FRAUDSTREAM_REDIS_APPENDFSYNC", "Redis AOF fsync policy: always|everysec|no.", "always"
