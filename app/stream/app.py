@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
+import types
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -216,9 +218,6 @@ def _await_chain(obj: Any) -> list[str]:
 
 
 def _add_tasks_page(app: faust.App) -> None:
-    import gc
-    import types
-
     @app.page("/debug/tasks")
     async def tasks_page(web: Any, request: Any) -> Any:
         tasks = [_await_chain(t.get_coro()) for t in asyncio.all_tasks()]

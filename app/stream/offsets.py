@@ -356,10 +356,9 @@ def consumer_state(consumer: Consumer) -> dict[str, Any]:
         "buffered": names(consumer._buffered_partitions),
         "unacked": len(consumer._unacked_messages),
         "partitions": partitions,
-        "conductor": {f"{tp.topic}:{tp.partition}": sorted(hex(id(c)) for c in chans)
+        "conductor": {name(tp): sorted(hex(id(c)) for c in chans)
                       for tp, chans in getattr(app.topics, "_tp_index", {}).items()},
-        "callbacks": sorted(f"{tp.topic}:{tp.partition}"
-                            for tp in getattr(app.topics, "_tp_to_callback", {})),
+        "callbacks": names(getattr(app.topics, "_tp_to_callback", {})),
         "channels": {hex(id(c)): [str(c), c.queue.qsize()] for c in app.topics},
     }
     inner = getattr(getattr(consumer, "_thread", None), "_consumer", None)

@@ -30,7 +30,6 @@ class Scenario:
     prepare: Callable[[Topology], None] | None = None
     needs_local: str | None = None  # "kafka" / "redis": skipped when that service is external
     kills: bool = False  # must show redelivered work after recovery
-    broken: str | None = None  # a known failure, reported as xfail (not run) until fixed
 
 
 def _at(topo: Topology, fraction: float) -> None:

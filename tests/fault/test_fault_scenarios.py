@@ -16,11 +16,7 @@ pytestmark = [pytest.mark.fault, pytest.mark.slow]
 REPORT = Path(".fraudstream") / "fault-report.txt"
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xfail(reason=spec.broken, run=False, strict=True))
-    if spec.broken else name
-    for name, spec in SCENARIOS.items()
-])
+@pytest.mark.parametrize("name", list(SCENARIOS))
 def test_scenario(name: str, stack_settings: Settings, tmp_path: Path,
                   capsys: pytest.CaptureFixture[str]) -> None:
     scenario = SCENARIOS[name]
