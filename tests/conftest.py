@@ -10,6 +10,7 @@ import pytest
 
 from app.settings import Settings, load_settings
 from app.stream.topics import ensure_topics
+from tests.support.pipeline import drop_quietly
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +40,13 @@ def redis_url(stack_settings: Settings) -> str:
 
 
 @pytest.fixture
-def fresh_settings(stack_settings: Settings) -> Settings:
-    """Settings on fresh topics and a fresh app id (consumer group, changelog) for one test."""
+def fresh_settings(stack_settings: Settings) -> Iterator[Settings]:
+    """Settings on fresh topics and a fresh app id (consumer group, changelog) for one test.
+
+    The topics are deleted afterwards, so a long-lived local stack does not pile them up.
+    """
     tag = uuid.uuid4().hex[:8]
     settings = stack_settings.replace(topic_prefix=f"t{tag}.", app_id=f"fs-test-{tag}")
     asyncio.run(ensure_topics(settings))
-    return settings
+    yield settings
+    drop_quietly(settings)

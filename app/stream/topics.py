@@ -71,6 +71,33 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 30.0) -> Topic
         await admin.close()
 
 
+async def drop_topics(settings: Settings, *, timeout_s: float = 30.0) -> tuple[str, ...]:
+    """Delete a throwaway deployment's topics: its prefixed pipeline topics and Faust's own.
+
+    Faust names its changelogs and assignor topic after the app id (`{app_id}-...`), so the
+    dispatch app and any `{app_id}-suffix` group go too. Meant for tests and demos on a shared
+    broker; refused without a topic prefix, which would match every unprefixed topic.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    if not settings.topic_prefix:
+        raise ValueError("drop_topics needs a topic_prefix: it would match every topic")
+    owned = (settings.topic_prefix, f"{settings.app_id}-")
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000))
+    await asyncio.wait_for(admin.start(), timeout_s)
+    try:
+        names = sorted(n for n in await admin.list_topics() if n.startswith(owned))
+        if names:
+            reply = await admin.delete_topics(names, timeout_ms=int(timeout_s * 1000))
+            failed = {t[0]: t[1] for t in reply.topic_error_codes if t[1] != 0}
+            if failed:
+                raise RuntimeError(f"deleting topics failed (Kafka error codes): {failed}")
+        return tuple(names)
+    finally:
+        await admin.close()
+
+
 async def _wait_visible(admin: object, names: list[str], timeout_s: float) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s

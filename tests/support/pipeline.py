@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Sequence
 
 from app.datagen.config import GeneratorConfig
@@ -12,6 +13,7 @@ from app.datagen.log import GeneratedLog
 from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import Record, group_lag, read_topic, topic_sizes
+from app.stream.topics import drop_topics
 from app.transactions.producer import replay_messages
 from tests.support.procs import Spawned, wait_until
 
@@ -25,6 +27,15 @@ def make_log(**overrides: object) -> GeneratedLog:
     params: dict[str, object] = {"now_ms": time.time_ns() // 1_000_000 + 3_600_000}
     params.update(overrides)
     return generate_log(GeneratorConfig(**params))  # type: ignore[arg-type]
+
+
+def drop_quietly(settings: Settings) -> None:
+    """Delete a test's topics afterwards; a failure to clean up warns, it fails no test."""
+    try:
+        asyncio.run(drop_topics(settings))
+    except Exception as exc:  # noqa: BLE001 - cleanup only: reported as a warning
+        warnings.warn(f"could not delete the topics of {settings.topic_prefix!r}: {exc!r}",
+                      stacklevel=2)
 
 
 def lines_of(log: GeneratedLog) -> list[bytes]:

@@ -25,7 +25,7 @@ from app.stream.inspect import group_lag, topic_sizes
 from app.stream.records import H_SOURCE_OFFSET, H_SOURCE_PARTITION
 from app.stream.topics import ensure_topics
 from app.transactions.producer import replay_messages
-from tests.support.pipeline import audit_served, effects, oracle_for, read
+from tests.support.pipeline import audit_served, drop_quietly, effects, oracle_for, read
 from tests.support.procs import (
     Spawned,
     free_port,
@@ -333,6 +333,8 @@ def run_scenario(
         report.extra.update(topo.extra)
     finally:
         topo.close()
+    # Only a passing scenario's topics go: a failing one's stay on the broker for inspection.
+    drop_quietly(topo.settings)
     report.extra["reread_skipped"] = topo.skipped_seen
     report.extra["dispatch_retries"] = topo.retries_seen
     return report

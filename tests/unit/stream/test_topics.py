@@ -1,0 +1,16 @@
+"""drop_topics refuses a deployment without a topic prefix before it touches the broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.settings import load_settings
+from app.stream.topics import drop_topics
+
+
+def test_drop_topics_refuses_an_unprefixed_deployment() -> None:
+    settings = load_settings().replace(topic_prefix="", kafka_bootstrap="127.0.0.1:1")
+    with pytest.raises(ValueError, match="topic_prefix"):
+        asyncio.run(drop_topics(settings))
