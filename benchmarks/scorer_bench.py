@@ -26,7 +26,7 @@ from app.scoring.registry import ModelRegistry
 from app.scoring.scorer import Scorer, features_matrix
 
 
-def _vectors(rows: int) -> list[tuple[int | float, ...]]:
+def real_vectors(rows: int) -> list[tuple[int | float, ...]]:
     log = generate_log(GeneratorConfig(cards=max(rows // 40, 10), txns=rows, days=7, seed=11))
     offline = compute_features((line for line, _ in log.iter_lines()),
                                allowed_lateness_ms=300_000, now_ms=log.config.validation_now_ms)
@@ -76,7 +76,7 @@ def main() -> None:
     args = parser.parse_args()
 
     loaded = ModelRegistry(args.model_dir, device=args.device).load(args.version)
-    vectors = _vectors(args.rows)
+    vectors = real_vectors(args.rows)
     sizes = [int(s) for s in args.sizes.split(",")]
     loaded.scorer.score(features_matrix(vectors[:max(sizes)]))  # warm-up
     print(f"model {loaded.version} on {loaded.scorer.active_provider}, "
