@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from app.settings import Settings
 
@@ -21,10 +23,18 @@ class Record:
     headers: dict[str, str]
 
 
-def _admin(settings: Settings):  # noqa: ANN202 - aiokafka types are untyped
+@asynccontextmanager
+async def admin_client(settings: Settings, *, timeout_s: float = 30.0) -> AsyncIterator[Any]:
+    """A started aiokafka admin client for the settings' cluster, closed on exit."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    return AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000))
+    await asyncio.wait_for(admin.start(), timeout_s)
+    try:
+        yield admin
+    finally:
+        await admin.close()
 
 
 async def _end_offsets(consumer: object, topic: str) -> dict[object, int]:
@@ -94,24 +104,22 @@ async def group_lag(settings: Settings, group: str, topic: str) -> int:
     """Messages of `topic` not yet committed by consumer group `group` (uncommitted = all)."""
     from aiokafka import AIOKafkaConsumer
 
-    admin = _admin(settings)
-    await admin.start()
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        await consumer._client.force_metadata_update()  # noqa: SLF001
-        ends = await _end_offsets(consumer, topic)
-        committed = await _committed_offsets(admin, group)
-        lag = 0
-        for tp, end in ends.items():
-            meta = committed.get(tp)
-            done = meta.offset if meta is not None and meta.offset >= 0 else 0
-            lag += max(0, end - done)
-        return lag
-    finally:
-        await consumer.stop()
-        await admin.close()
+    async with admin_client(settings) as admin:
+        consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            await consumer._client.force_metadata_update()  # noqa: SLF001
+            ends = await _end_offsets(consumer, topic)
+            committed = await _committed_offsets(admin, group)
+        finally:
+            await consumer.stop()
+    lag = 0
+    for tp, end in ends.items():
+        meta = committed.get(tp)
+        done = meta.offset if meta is not None and meta.offset >= 0 else 0
+        lag += max(0, end - done)
+    return lag
 
 
 async def _committed_offsets(admin: object, group: str, timeout_s: float = 30.0) -> dict:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from app.settings import Settings
+from app.stream.inspect import admin_client
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +41,10 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 30.0) -> Topic
     An existing topic with a different partition count is reported, not altered: changing it
     would move cards between partitions and break per-card ordering and state.
     """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import NewTopic
 
     names = [settings.topic(t) for t in PIPELINE_TOPICS]
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000))
-    await asyncio.wait_for(admin.start(), timeout_s)
-    try:
+    async with admin_client(settings, timeout_s=timeout_s) as admin:
         present = set(await admin.list_topics())
         missing = [n for n in names if n not in present]
         control = settings.topic(CONTROL)
@@ -67,8 +65,6 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 30.0) -> Topic
                     log.warning("topic %s has %d partitions, settings say %d; left as is",
                                 topic["topic"], count, settings.topic_partitions)
         return TopicPlan(tuple(missing), tuple(existing))
-    finally:
-        await admin.close()
 
 
 async def drop_topics(settings: Settings, *, timeout_s: float = 30.0) -> tuple[str, ...]:
@@ -78,15 +74,10 @@ async def drop_topics(settings: Settings, *, timeout_s: float = 30.0) -> tuple[s
     dispatch app and any `{app_id}-suffix` group go too. Meant for tests and demos on a shared
     broker; refused without a topic prefix, which would match every unprefixed topic.
     """
-    from aiokafka.admin import AIOKafkaAdminClient
-
     if not settings.topic_prefix:
         raise ValueError("drop_topics needs a topic_prefix: it would match every topic")
     owned = (settings.topic_prefix, f"{settings.app_id}-")
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000))
-    await asyncio.wait_for(admin.start(), timeout_s)
-    try:
+    async with admin_client(settings, timeout_s=timeout_s) as admin:
         names = sorted(n for n in await admin.list_topics() if n.startswith(owned))
         if names:
             reply = await admin.delete_topics(names, timeout_ms=int(timeout_s * 1000))
@@ -94,8 +85,6 @@ async def drop_topics(settings: Settings, *, timeout_s: float = 30.0) -> tuple[s
             if failed:
                 raise RuntimeError(f"deleting topics failed (Kafka error codes): {failed}")
         return tuple(names)
-    finally:
-        await admin.close()
 
 
 async def _wait_visible(admin: object, names: list[str], timeout_s: float) -> None:

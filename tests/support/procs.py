@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,9 +84,6 @@ class Spawned:
 
     def debug(self, page: str) -> dict[str, Any]:
         """A worker's diagnostics page (`consumer` or `tasks`), as JSON."""
-        import json
-        import urllib.request
-
         url = f"http://127.0.0.1:{self.port}/debug/{page}"
         with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback test URL
             return json.loads(resp.read())
@@ -95,8 +94,6 @@ class Spawned:
         if not self.alive():
             return
         if self.port is not None:
-            import json
-
             for page in ("consumer", "tasks"):
                 with contextlib.suppress(OSError, ValueError):
                     self.log_path.with_suffix(f".{page}.json").write_text(
@@ -129,8 +126,6 @@ def spawn_action_service(settings: Settings, tmp: Path, *, port: int | None = No
 
 def http_ready(url: str) -> bool:
     """True when GET `url` answers 200 (used with wait_until)."""
-    import urllib.request
-
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback test URL
             return resp.status == 200

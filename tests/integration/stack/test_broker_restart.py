@@ -12,7 +12,7 @@ import pytest
 from app.settings import Settings
 from app.stack.manager import Stack
 from app.stream import topics
-from app.stream.inspect import _admin, _committed_offsets, topic_sizes
+from app.stream.inspect import _committed_offsets, admin_client, topic_sizes
 from app.transactions.producer import ReplayReport, replay_messages
 from tests.support.pipeline import lines_of, make_log, read, wait_drained
 from tests.support.procs import spawn_worker, wait_until
@@ -21,14 +21,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 async def _committed_total(settings: Settings) -> int:
-    admin = _admin(settings)
-    await admin.start()
-    try:
+    async with admin_client(settings) as admin:
         offsets = await _committed_offsets(admin, settings.app_id)
-        return sum(m.offset for tp, m in offsets.items()
-                   if tp.topic == settings.topic(topics.TRANSACTIONS) and m.offset > 0)
-    finally:
-        await admin.close()
+    return sum(m.offset for tp, m in offsets.items()
+               if tp.topic == settings.topic(topics.TRANSACTIONS) and m.offset > 0)
 
 
 def test_broker_restart_mid_replay(fresh_settings: Settings, tmp_path: Path) -> None:

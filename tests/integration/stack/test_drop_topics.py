@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from app.settings import Settings
-from app.stream.inspect import _admin
+from app.stream.inspect import admin_client
 from app.stream.topics import CONTROL, PIPELINE_TOPICS, drop_topics, ensure_topics
 from tests.support.procs import wait_until
 
@@ -16,12 +16,8 @@ pytestmark = pytest.mark.integration
 
 
 async def _topics(settings: Settings) -> set[str]:
-    admin = _admin(settings)
-    await admin.start()
-    try:
+    async with admin_client(settings) as admin:
         return set(await admin.list_topics())
-    finally:
-        await admin.close()
 
 
 def test_drop_topics_takes_its_own_and_spares_a_neighbour(stack_settings: Settings) -> None:
@@ -42,4 +38,3 @@ def test_drop_topics_takes_its_own_and_spares_a_neighbour(stack_settings: Settin
         assert {neighbour.topic(t) for t in PIPELINE_TOPICS} <= left
     finally:
         asyncio.run(drop_topics(neighbour))
-
