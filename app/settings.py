@@ -93,9 +93,20 @@ class Settings:
         "A partition whose commit is stuck behind an unprocessed message this long is re-read.",
         10.0,
     )
-    max_batch: int = _env("FRAUDSTREAM_MAX_BATCH", "Largest scoring micro-batch.", 64)
+    max_batch: int = _env(
+        "FRAUDSTREAM_MAX_BATCH",
+        "Largest scoring micro-batch: the engine takes what is fetched, up to this (grows under lag).",
+        512,
+    )
+    max_in_flight: int = _env(
+        "FRAUDSTREAM_MAX_IN_FLIGHT",
+        "Batches a worker may have sent but not yet made durable (pipelined checkpoint).",
+        4,
+    )
     max_wait_s: float = _env(
-        "FRAUDSTREAM_MAX_WAIT_S", "Longest wait to fill a scoring micro-batch (seconds).", 0.05
+        "FRAUDSTREAM_MAX_WAIT_S",
+        "Longest wait to fill a dispatch batch (seconds); scoring never waits to fill one.",
+        0.05,
     )
 
     # --- scoring and actions -------------------------------------------------------------

@@ -7,25 +7,28 @@ import gc
 import logging
 import time
 import types
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import faust
-from faust.types import EventT
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.scoring.registry import LoadedModel
 from app.settings import Settings
 from app.stream import metrics, topics
-from app.stream.cardstore import TableCardStore, card_table
+from app.stream.cardstore import TableCards, card_table
+from app.stream.checkpoint import Checkpoint
+from app.stream.consumer import broker_url, check_faust_version
 from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import add_dispatch_agent
-from app.stream.offsets import CommitWatchdog, consumer_state, install_strict_commits
+from app.stream.engine import ScoreEngine
 from app.stream.pipeline import TransactionPipeline
-from app.stream.records import OutRecord, SourceMessage
+from app.stream.records import OutRecord
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
+from app.stream.sink import BatchSink
+from app.stream.watchdog import CommitWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +70,12 @@ def create_app(
     agents: frozenset[AgentName] = frozenset({"score", "dispatch"}),
 ) -> FraudApp:
     """Build the Faust app with the chosen agents. Nothing connects until a worker starts it."""
+    check_faust_version()
     port = web_port or settings.web_port
     datadir = settings.state_dir.resolve() / f"worker-{port}"
     app = faust.App(
         settings.app_id,
-        broker=f"kafka://{settings.effective_kafka_bootstrap}",
+        broker=broker_url(settings.effective_kafka_bootstrap),
         store="rocksdb://" if settings.store == "rocksdb" else "memory://",
         datadir=str(datadir),
         topic_partitions=settings.topic_partitions,
@@ -82,6 +86,8 @@ def create_app(
         web_bind="127.0.0.1",
         web_port=port,
         producer_acks=-1,
+        # the engine sends a batch's records for one partition as one record batch
+        producer_max_batch_size=1 << 18,
         consumer_auto_offset_reset="earliest",
         broker_commit_every=1000,
         broker_commit_interval=1.0,
@@ -95,7 +101,6 @@ def create_app(
     source = _raw_topic(app, settings.topic(topics.TRANSACTIONS), settings)
     card_state = card_table(app, settings.topic_partitions)
     fraud = FraudApp(app, settings, out_topics, card_state)
-    install_strict_commits()
     watchdog = CommitWatchdog([settings.topic(topics.TRANSACTIONS), settings.topic(topics.ACTIONS)],
                               stall_s=settings.commit_stall_s)
 
@@ -120,69 +125,48 @@ def create_app(
     async def follow_models() -> None:  # pragma: no cover - end to end
         await follow_activations(settings, control_offset, activation_handler(load_model, stage.offer))
 
-    store = TableCardStore(card_state, {})
-    pipeline = TransactionPipeline(store, clock_ms=clock,
+    source_name = settings.topic(topics.TRANSACTIONS)
+    app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent
+    app.fraudstream_chunk_topics = frozenset({source_name})  # read by FraudConsumer
+    sink = BatchSink(lambda: app.producer._ensure_producer(),
+                     {name: settings.topic(name) for name in topics.PIPELINE_TOPICS})
+    cards = TableCards(card_state, sink)
+    pipeline = TransactionPipeline(cards, clock_ms=clock,
                                    allowed_lateness_ms=settings.allowed_lateness_ms,
                                    max_message_bytes=settings.max_message_bytes)
-
-    async def handle(stream: faust.StreamT, events: list[EventT]) -> None:
-        """One batch, start to finish: state, outputs, and a producer flush."""
-        metrics.BATCH_SIZE.observe(len(events))
-        store.events = {(e.message.partition, e.message.offset): e for e in events}
-        batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
-                               e.message.key, e.message.value) for e in events]
-        outcome = pipeline.process(batch)
-        await fraud.send(outcome.records)
-        await fraud.send(stage.run(outcome.scored))
-        # Outputs first, then state: a card record's source position (the re-read fence)
-        # must never be durable before the served rows and actions of the messages it covers.
-        await app.producer.flush()
-        pipeline.persist(outcome)
-        # Flushed before the acks: no changelog record of this batch can reach Kafka later,
-        # after another worker has already restored this card from the changelog.
-        await app.producer.flush()
-        metrics.SCORED.inc(len(outcome.scored))
-
     sequencer = PartitionSequencer(app)
+    engine = ScoreEngine(
+        app, pipeline, stage, sequencer,
+        lambda ack: Checkpoint(sink.send, cards, ack, max_in_flight=settings.max_in_flight),
+        max_batch=settings.max_batch)
 
     @app.page("/debug/consumer")
     async def consumer_page(web: Any, request: Any) -> Any:
-        return web.json({**consumer_state(app.consumer), "sequencer": sequencer.state()})
+        return web.json({**app.consumer.state(), "sequencer": sequencer.state(),
+                         "checkpoint": {"in_flight": engine.checkpoint.in_flight,
+                                        "completed": engine.checkpoint.completed}})
 
     @app.timer(interval=1.0)
     async def reseek_held_partitions() -> None:  # pragma: no cover - end to end
         await sequencer.check()
 
-    @app.agent(source, name="score")
-    async def score(stream: faust.StreamT) -> None:  # pragma: no cover - exercised end to end
-        # Only explicit acks, after the work: Faust's take()/take_events() ack a batch in a
-        # `finally`, and when a take generator closes it turns automatic acks back on for
-        # events still queued, so a stopping worker would commit offsets of unprocessed
-        # events. With acks off on the stream itself, nothing is acked but by us.
-        stream.enable_acks = False  # what noack_take restores when it closes
-        async for taken in stream.noack_take(settings.max_batch, within=settings.max_wait_s):
-            events = await sequencer.admit(taken)
-            if not events:
+    @app.timer(interval=1.0)
+    async def caught_up_lag() -> None:  # pragma: no cover - end to end
+        consumer = app.consumer
+        for tp in consumer.assignment():
+            if tp.topic != source_name:
                 continue
-            await finish_even_if_cancelled(handle(stream, events))
-            # not reached when the worker is stopping: those events stay unacknowledged and
-            # are read again (as redeliveries) by whoever owns their partition next
-            for event in events:
-                await stream.ack(event)
+            read = consumer._read_offset.get(tp)
+            high = consumer.highwater(tp)
+            if high is not None and (read is None and high == 0 or read is not None
+                                     and read + 1 >= high):
+                metrics.LAG_SECONDS.labels(tp.topic, str(tp.partition)).set(0.0)
+
+    @app.task
+    async def score() -> None:  # pragma: no cover - exercised end to end
+        await engine.run()
 
     return fraud
-
-
-async def finish_even_if_cancelled(work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` to completion even when the caller is cancelled (worker shutdown), then
-    re-raise the cancellation: a half-done batch would leave changelog records to be flushed
-    after this worker left the group, over the state of the worker that took its cards over."""
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await task
-        raise
 
 
 def _add_loop_monitor(app: faust.App, period_s: float = 0.1) -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import faust
 from faust.types import EventT
 
 from app.stream import cardrecord
-from app.stream.records import SourceMessage
+from app.stream.sink import BatchSink, Entry
 
 log = logging.getLogger(__name__)
 
@@ -57,34 +59,51 @@ def card_table(app: faust.App, partitions: int) -> FencedTable:
     return app.tables.add(table)  # type: ignore[return-value]
 
 
-@contextlib.contextmanager
-def _as_current_event(event: EventT) -> Iterator[None]:
-    """Make `event` Faust's current event while its card's state is written.
+class _PartitionEvent:
+    """Stands for a source event of `partition` while a card is written into the store: Faust's
+    RocksDB store picks its per-partition database from the current event."""
 
-    Faust picks a table write's changelog partition (and the RocksDB partition) from the
-    current event. Inside `take_events` batches the context holds whichever event was buffered
-    last, so each write names its own source event; otherwise state could land in another
-    card's partition and be lost when partitions move between workers.
-    """
+    __slots__ = ("message", "__weakref__")
+
+    def __init__(self, partition: int) -> None:
+        self.message = SimpleNamespace(partition=partition)
+
+
+@contextlib.contextmanager
+def _at_partition(partition: int) -> Iterator[None]:
     from faust.streams import _current_event  # private, but it is what Stream itself sets
 
-    token = _current_event.set(weakref.ref(event))
+    event = _PartitionEvent(partition)
+    token = _current_event.set(weakref.ref(event))  # type: ignore[arg-type]
     try:
         yield
     finally:
         _current_event.reset(token)
 
 
-class TableCardStore:
-    """CardStore over the card_state table, keyed by card_id bytes."""
+class TableCards:
+    """The card_state table as the engine's card store: read on a card's first sight, written
+    at checkpoints straight into the table's store and its changelog (one record per card,
+    to the source partition), bypassing Faust's per-write changelog buffer."""
 
-    def __init__(self, table: faust.Table, events: dict[tuple[int, int], EventT]) -> None:
+    def __init__(self, table: faust.Table, sink: BatchSink) -> None:
         self.table = table
-        self.events = events
+        self.sink = sink
 
     def load(self, card_id: str) -> bytes | None:
         return self.table.get(card_id.encode())
 
-    def save(self, card_id: str, data: bytes, source: SourceMessage) -> None:
-        with _as_current_event(self.events[(source.partition, source.offset)]):
-            self.table[card_id.encode()] = data
+    def save(self, card_id: str, data: bytes, partition: int) -> None:
+        with _at_partition(partition):
+            self.table.data[card_id.encode()] = data
+
+    async def write(self, cards: Mapping[bytes, tuple[int, bytes]]) -> list[asyncio.Future[Any]]:
+        """Store each card's record and send it to the changelog; returns delivery futures."""
+        data = self.table.data
+        topic = self.table.changelog_topic.get_topic_name()
+        grouped: dict[tuple[str, int], list[Entry]] = {}
+        for key, (partition, record) in cards.items():
+            with _at_partition(partition):
+                data[key] = record
+            grouped.setdefault((topic, partition), []).append((key, record, ()))
+        return await self.sink.send_to(grouped)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -12,8 +13,8 @@ import faust
 from app.actions.action import Action, ActionError
 from app.actions.delivery import ActionDeliverer, DeliveryResult, Rejected
 from app.settings import Settings
-from app.stream import topics
-from app.stream.records import OutRecord, SourceMessage, rejected_record
+from app.stream import metrics, topics
+from app.stream.records import H_SOURCE_APPENDED_MS, OutRecord, SourceMessage, rejected_record
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +59,13 @@ async def _deliver_in_card_order(
         by_card[action.card_id].append(i)
     results: list[DeliveryResult | None] = [None] * len(actions)
 
+    answered = metrics.HOP_SECONDS.labels("action_answered")
+
     async def run(indices: list[int]) -> None:
         for i in indices:
+            t0 = time.perf_counter()
             results[i] = await deliverer.deliver(actions[i])
+            answered.observe(time.perf_counter() - t0)
 
     await asyncio.gather(*(run(ix) for ix in by_card.values()))
     return [r for r in results if r is not None]
@@ -82,6 +87,17 @@ def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> None
                 batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
                                        e.message.key, e.message.value) for e in events]
                 dlq = await dispatch_batch(deliverer, batch)
+                _observe_event_to_effect(events)
                 await send(dlq)  # type: ignore[operator]
                 for event in events:
                     await stream.ack(event)
+
+
+def _observe_event_to_effect(events: Sequence[faust.types.EventT]) -> None:
+    """Broker append of each action's transaction → its action answered (now)."""
+    now_ms = time.time() * 1000
+    hop = metrics.HOP_SECONDS.labels("event_to_effect")
+    for event in events:
+        for name, value in event.message.headers or ():
+            if name == H_SOURCE_APPENDED_MS:
+                hop.observe(max(0.0, now_ms - int(value)) / 1000)

@@ -28,9 +28,11 @@ SEQUENCE_HELD: Final = Counter(
     "Events held back unacknowledged: past a gap in their partition, or of a revoked partition.",
     ["topic"],
 )
-SEQUENCE_SEEKS: Final = Counter(
-    "fraudstream_sequence_seeks_total",
-    "Partitions sought back to a message that was skipped before reaching the agent.", ["topic"],
+REWINDS: Final = Counter(
+    "fraudstream_rewinds_total",
+    "Partitions sent back to re-read from an offset, by topic and reason (gap, still waiting, "
+    "hand-over interrupted, fetched while paused, commit stuck).",
+    ["topic", "reason"],
 )
 FETCH_HANDED_BACK: Final = Counter(
     "fraudstream_fetch_handed_back_total",
@@ -42,7 +44,28 @@ ACTIONS_EMITTED: Final = Counter(
     "fraudstream_actions_emitted_total", "Actions produced to the actions topic.", ["type"]
 )
 BATCH_SIZE: Final = Histogram(
-    "fraudstream_batch_size", "Micro-batch sizes.", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    "fraudstream_batch_size", "Micro-batch sizes.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+)
+CHECKPOINT_STEPS: Final = Histogram(
+    "fraudstream_checkpoint_merged_batches",
+    "Batches whose card state was made durable together (one changelog record per card).",
+    buckets=(1, 2, 3, 4, 8),
+)
+#: The latency budget per hop (seconds). `append_to_engine`: broker append (the message's
+#: timestamp) → the score engine took it; `features`: validate and fold a batch; `model`: score
+#: it; `outputs_acked`: outputs sent → acknowledged by the broker; `event_to_served`: broker
+#: append → served row and actions acknowledged; `action_answered`: one POST to the action
+#: service; `event_to_effect`: broker append of the transaction → the action service answered.
+HOP_SECONDS: Final = Histogram(
+    "fraudstream_hop_seconds", "Latency of each hop from event to effect, by hop.", ["hop"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+             10.0, 30.0),
+)
+LAG_SECONDS: Final = Gauge(
+    "fraudstream_consumer_lag_seconds",
+    "Freshness per partition: age of the newest message the engine took, 0 when caught up.",
+    ["topic", "partition"],
 )
 SCORER_PROVIDER: Final = Gauge(
     "fraudstream_scorer_provider_info", "Execution provider of the active model (1 = active).",

@@ -24,8 +24,8 @@ class CardStore(Protocol):
     def load(self, card_id: str) -> bytes | None:
         """The card's stored record (see app.stream.cardrecord), or None for a card never seen."""
 
-    def save(self, card_id: str, data: bytes, source: SourceMessage) -> None:
-        """Persist the card's record; `source` is the last message folded into it."""
+    def save(self, card_id: str, data: bytes, partition: int) -> None:
+        """Persist the card's record; `partition` is the source partition of its last message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +44,8 @@ class BatchOutcome:
 
     records: list[OutRecord] = field(default_factory=list)
     scored: list[Scored] = field(default_factory=list)
-    #: card records to save once the outputs are flushed: (card_id, record, last message)
-    saves: list[tuple[str, bytes, SourceMessage]] = field(default_factory=list)
+    #: card records to save once the outputs are durable: card_id → (source partition, record)
+    saves: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     #: re-read messages the card's state already held and no longer remembers: no output
     skipped: int = 0
 
@@ -55,16 +55,16 @@ class _Card:
     state: CardState
     partition: int
     offset: int
-    last: SourceMessage | None = None  # the last message of this batch seen for the card
 
 
 class TransactionPipeline:
     """Validate → DLQ, fold into per-card state → late topic or a feature vector.
 
-    State is loaded once per card per batch and saved once per card per batch (after all its
-    events in the batch), so a batch costs one changelog write per card, not per event. Each
-    saved record carries the source position of the card's last message (app.stream.cardrecord);
-    a message at or before it is a re-read and is never folded in twice.
+    Decoded card states are kept between batches (the store is read once per card, on first
+    sight) until `forget` (a rebalance); a batch yields one record per card it changed, taken
+    after all its events in the batch. Each record carries the source position of the card's
+    last message (app.stream.cardrecord); a message at or before it is a re-read and is never
+    folded in twice.
     """
 
     def __init__(
@@ -79,13 +79,19 @@ class TransactionPipeline:
         self.clock_ms = clock_ms
         self.allowed_lateness_ms = allowed_lateness_ms
         self.max_message_bytes = max_message_bytes
+        self._cards: dict[str, _Card] = {}
+
+    def forget(self) -> None:
+        """Drop the decoded states (partitions moved): the next batch reads the store again."""
+        self._cards.clear()
 
     def process(self, batch: Sequence[SourceMessage]) -> BatchOutcome:
         """Route and fold a batch. Nothing is saved: call `persist` once the outputs are flushed,
         so a stored card position always implies its messages' outputs are in Kafka."""
         out = BatchOutcome()
         now_ms = self.clock_ms()
-        cards: dict[str, _Card] = {}
+        cards = self._cards
+        changed: dict[str, _Card] = {}
         for msg in batch:
             try:
                 txn = parse_transaction(msg.value, now_ms=now_ms, max_bytes=self.max_message_bytes)
@@ -111,7 +117,8 @@ class TransactionPipeline:
                     out.scored.append(Scored(msg, txn, tuple(features), True))
                 continue
             outcome = card.state.apply(txn, allowed_lateness_ms=self.allowed_lateness_ms)
-            card.partition, card.offset, card.last = msg.partition, msg.offset, msg
+            card.partition, card.offset = msg.partition, msg.offset
+            changed[txn.card_id] = card
             if isinstance(outcome, Late):
                 metrics.LATE_MESSAGES.inc()
                 out.records.append(rejected_record(
@@ -121,14 +128,15 @@ class TransactionPipeline:
                 out.scored.append(Scored(msg, txn, tuple(outcome.features), True))
             elif isinstance(outcome, Accepted):
                 out.scored.append(Scored(msg, txn, tuple(outcome.features), False))
-        out.saves = [(card_id, cardrecord.pack(c.partition, c.offset, c.state.to_bytes()), c.last)
-                     for card_id, c in cards.items() if c.last is not None]
+        out.saves = {card_id: (c.partition,
+                               cardrecord.pack(c.partition, c.offset, c.state.to_bytes()))
+                     for card_id, c in changed.items()}
         return out
 
     def persist(self, outcome: BatchOutcome) -> None:
-        """Save the batch's card records (after its outputs are durable)."""
-        for card_id, record, msg in outcome.saves:
-            self.store.save(card_id, record, msg)
+        """Save the batch's card records in the store (what the checkpoint does online)."""
+        for card_id, (partition, record) in outcome.saves.items():
+            self.store.save(card_id, record, partition)
 
     def _load(self, card_id: str) -> _Card:
         raw = self.store.load(card_id)

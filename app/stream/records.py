@@ -13,6 +13,8 @@ H_FIELD: Final = "fraudstream.field"
 H_SOURCE_TOPIC: Final = "fraudstream.source.topic"
 H_SOURCE_PARTITION: Final = "fraudstream.source.partition"
 H_SOURCE_OFFSET: Final = "fraudstream.source.offset"
+#: On actions: when the transaction that decided it was appended to Kafka (ms since epoch).
+H_SOURCE_APPENDED_MS: Final = "fraudstream.source.appended_ms"
 
 
 @dataclass(frozen=True, slots=True)

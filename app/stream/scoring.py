@@ -11,7 +11,7 @@ from app.scoring.scorer import features_matrix
 from app.settings import Settings
 from app.stream import metrics, topics
 from app.stream.pipeline import Scored, served_record
-from app.stream.records import OutRecord
+from app.stream.records import H_SOURCE_APPENDED_MS, OutRecord
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,16 @@ class ScoringStage:
         for item, raw in zip(scored, scores, strict=True):
             score = float(raw)
             out.append(served_record(item, score=score, model_version=model.version))
-            for action in build_actions(item.txn, score, model.version, decided_at,
-                                        thresholds=self.thresholds):
+            actions = build_actions(item.txn, score, model.version, decided_at,
+                                    thresholds=self.thresholds)
+            if not actions:
+                continue
+            # when the transaction reached Kafka, for the event → effect latency at dispatch
+            appended = getattr(item.source, "timestamp", None)
+            headers = (() if appended is None else
+                       ((H_SOURCE_APPENDED_MS, str(int(appended * 1000)).encode()),))
+            for action in actions:
                 metrics.ACTIONS_EMITTED.labels(action.type).inc()
-                out.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(), action.to_json()))
+                out.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(), action.to_json(),
+                                     headers))
         return out

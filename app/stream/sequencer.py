@@ -4,12 +4,12 @@ Card state is folded in log order and fenced by source position (app.stream.card
 message handed to an agent after a later one of its partition would be skipped as already
 applied, or routed late. Faust can do exactly that around rebalances: a fetched message that
 was never delivered to the stream is counted as read while the next ones flow on (see
-app.stream.offsets). The sequencer checks every event against the next offset it expects for
-the partition: an event past it holds the partition back (it is dropped unacknowledged,
-with every later one) and the partition is sought back to the expected offset, so the
-missing message and everything after it are read again, in order. A timer (`check`) seeks
-again when a partition stays held: records fetched before a seek can still be delivered after
-it and move Faust's read offset past the target, so the first seek does not always take.
+app.stream.consumer). The sequencer checks every message against the next offset it expects for
+the partition: a message past it holds the partition back (it is released unacknowledged,
+with every later one) and the partition is rewound to the expected offset, so the
+missing message and everything after it are read again, in order. A timer (`check`) rewinds
+again when a partition stays held: records fetched before a rewind can still be delivered after
+it, so the first rewind does not always take.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from faust.types import EventT
+from faust.types import Message
 
 from app.stream import metrics
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class PartitionSequencer:
-    """Admits events in offset order per partition; seeks back over a gap (see the module)."""
+    """Admits messages in offset order per partition; rewinds over a gap (see the module)."""
 
     def __init__(self, app: Any, *, reseek_after_s: float = 3.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -38,8 +38,8 @@ class PartitionSequencer:
         self._expected: dict[Any, int] = {}
         self._sought: dict[Any, tuple[int, float]] = {}
 
-    async def admit(self, events: Sequence[EventT]) -> list[EventT]:
-        """The events that may be processed now, in order; the others are not to be acked."""
+    async def admit(self, messages: Sequence[Message]) -> list[Message]:
+        """The messages that may be processed now, in order; the others are released unacked."""
         consumer = self.app.consumer
         generation = self.app.consumer_generation_id
         if generation != self._generation:  # a rebalance: Faust sought to the commits again
@@ -47,25 +47,29 @@ class PartitionSequencer:
             self._expected.clear()
             self._sought.clear()
         assigned = consumer.assignment()
-        admitted: list[EventT] = []
+        admitted: list[Message] = []
         held: set[Any] = set()
-        for event in events:
-            tp, offset = event.message.tp, event.message.offset
+        released: list[Message] = []
+        for message in messages:
+            tp, offset = message.tp, message.offset
             if tp not in assigned or tp in held:
-                self._release(consumer, event)
+                released.append(message)
                 continue  # revoked (its new owner reads it), or behind a gap of its partition
             expected = self._expected.get(tp)
             if expected is None:
                 expected = await self._start_of(consumer, tp)
             if offset > expected:
                 held.add(tp)
-                self._release(consumer, event)
-                await self._seek_back(consumer, tp, expected, offset)
+                released.append(message)
+                await self._rewind(consumer, tp, expected, offset)
                 continue
-            # offset < expected is a re-read (after a seek): card positions make it a no-op
+            # offset < expected is a re-read (after a rewind): card positions make it a no-op
             self._expected[tp] = max(expected, offset + 1)
             self._sought.pop(tp, None)
-            admitted.append(event)
+            admitted.append(message)
+        if released:
+            metrics.SEQUENCE_HELD.labels(released[0].topic).inc(len(released))
+            consumer.release(released)
         return admitted
 
     def state(self) -> dict[str, Any]:
@@ -76,7 +80,7 @@ class PartitionSequencer:
                                 for tp, (n, _) in self._sought.items()}}
 
     async def check(self) -> int:
-        """Seek again every partition held back for `reseek_after_s`; returns how many."""
+        """Rewind again every partition held back for `reseek_after_s`; returns how many."""
         if self.app.consumer_generation_id != self._generation:
             return 0  # the next batch starts over from the commits
         consumer = self.app.consumer
@@ -85,10 +89,9 @@ class PartitionSequencer:
         stuck = [(tp, expected) for tp, (expected, at) in self._sought.items()
                  if tp in assigned and now - at >= self.reseek_after_s]
         for tp, expected in stuck:
-            log.warning("%s: still waiting for offset %d; seeking to it", tp, expected)
-            metrics.SEQUENCE_SEEKS.labels(tp.topic).inc()
+            log.warning("%s: still waiting for offset %d; reading again from it", tp, expected)
             self._sought[tp] = (expected, now)
-            await consumer.seek(tp, expected)
+            await consumer.rewind(tp, expected, "still waiting")
         return len(stuck)
 
     async def _start_of(self, consumer: Any, tp: Any) -> int:
@@ -99,20 +102,12 @@ class PartitionSequencer:
         earliest = (await consumer.earliest_offsets(tp)).get(tp)
         return int(earliest or 0)
 
-    @staticmethod
-    def _release(consumer: Any, event: EventT) -> None:
-        """Forget a held event without acknowledging it: its offset is not committed (it is
-        read again), and a rebalance does not wait for it (Faust's wait_empty would, forever)."""
-        metrics.SEQUENCE_HELD.labels(event.message.tp.topic).inc()
-        consumer._unacked_messages.discard(event.message)
-
-    async def _seek_back(self, consumer: Any, tp: Any, expected: int, got: int) -> None:
+    async def _rewind(self, consumer: Any, tp: Any, expected: int, got: int) -> None:
         last = self._sought.get(tp)
         now = self.clock()
         if last is not None and last[0] == expected and now - last[1] < self.reseek_after_s:
-            return  # already sought back to it; the rest of the old fetch is still draining
+            return  # already rewound to it; the rest of the old fetch is still draining
         log.warning("%s: offset %d arrived before %d; reading again from %d", tp, got, expected,
                     expected)
-        metrics.SEQUENCE_SEEKS.labels(tp.topic).inc()
         self._sought[tp] = (expected, now)
-        await consumer.seek(tp, expected)
+        await consumer.rewind(tp, expected, "gap")

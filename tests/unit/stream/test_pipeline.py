@@ -22,9 +22,9 @@ class DictStore:
     def load(self, card_id: str) -> bytes | None:
         return self.data.get(card_id)
 
-    def save(self, card_id: str, data: bytes, source: SourceMessage) -> None:
+    def save(self, card_id: str, data: bytes, partition: int) -> None:
         self.data[card_id] = data
-        self.writes.append((card_id, source.offset))
+        self.writes.append((card_id, cardrecord.unpack(data).offset))
 
 
 def txn(i: int, card: str = "c1", ts: int | None = None, amount: int = 1000) -> bytes:
@@ -105,7 +105,18 @@ def test_served_row_names_every_feature(store: DictStore) -> None:
 def test_nothing_is_saved_until_persist(store: DictStore) -> None:
     out = pipeline(store).process(msgs([txn(1), txn(2, card="c2")]))
     assert store.writes == []  # state waits for the outputs to be flushed
-    assert [(card, msg.offset) for card, _, msg in out.saves] == [("c1", 0), ("c2", 1)]
+    assert [(card, part, cardrecord.unpack(rec).offset) for card, (part, rec) in out.saves.items()
+            ] == [("c1", 3, 0), ("c2", 3, 1)]
+
+
+def test_states_are_kept_between_batches_until_forget(store: DictStore) -> None:
+    p = pipeline(store)
+    p.process(msgs([txn(1)]))  # never persisted: the next batch still sees it
+    out = p.process(msgs([txn(2)], start=1))
+    assert out.scored[0].features[FEATURE_NAMES.index("count_24h")] == 2
+    p.forget()  # partitions moved: what is not stored is gone
+    out = p.process(msgs([txn(3)], start=2))
+    assert out.scored[0].features[FEATURE_NAMES.index("count_24h")] == 1
 
 
 def test_saved_record_carries_the_last_source_position(store: DictStore) -> None:

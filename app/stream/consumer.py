@@ -1,0 +1,351 @@
+"""The Faust consumer of fraudstream: every correction to Faust's offset handling, in one subclass.
+
+It is plugged in through Faust's own extension point: the `fraudstream://` broker scheme names
+`Transport` below (the `faust.transports` entry point in pyproject.toml), whose `Consumer` is
+`FraudConsumer`. Nothing of Faust is patched. What it corrects (seen here under worker kills and
+rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #681):
+
+1. Faust's head-of-queue check is off by one: with the message at the committed offset never
+   acknowledged it commits past it. `_new_offset` never commits past an unacknowledged offset.
+2. Faust counts a jump in fetched offsets as a "gap" of done messages (meant for compacted or
+   transactional topics). Ours are neither: a jump means skipped messages. `_add_gap` records
+   nothing, so they stall the commit instead of being committed unprocessed.
+3. A fetched message whose hand-over is interrupted (a rebalance suspends the flow) is not
+   recorded as read: its partition is rewound to it.
+4. Seeks run on the consumer thread that owns the aiokafka consumer (upstream calls it from the
+   app's loop, racing an in-flight fetch); after a seek nothing of that partition is handed
+   over until the target offset itself arrives.
+5. A partition the group never committed gets the log start as its committed offset when it
+   is assigned: nothing is committed past messages dropped in the first rebalance, and a
+   starting worker does not re-read what it already processed.
+6. The consumer thread fetches for a copy of the active partitions (a rebalance empties the
+   live set mid-fetch, and aiokafka reads an empty set as "every partition"); records fetched
+   for a partition paused meanwhile are handed back (rewound), not skipped.
+
+It also hands the score engine whole fetched chunks of the transactions topic (`chunks`), tagged
+with the rebalance generation, instead of Faust's per-message delivery; every other topic (the
+actions of the dispatch agent) keeps Faust's per-message path. `rewind` is the one place a
+partition is sent back to re-read; the sequencer and the commit watchdog call it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from faust.transport.consumer import CONSUMER_FETCHING
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP, Message
+from faust.utils.functional import consecutive_numbers
+
+from app.stream import metrics
+
+log = logging.getLogger(__name__)
+
+#: faust-streaming versions this subclass was tested against (it overrides private methods).
+TESTED_FAUST = ((0, 15, 3), (0, 16, 0))
+#: A seek target not seen within this many seconds stops filtering (never drop silently for long).
+SEEK_TARGET_TTL_S = 3.0
+#: Fetched chunks waiting for the engine; a full queue stops the fetcher (flow control).
+CHUNK_QUEUE_SIZE = 4
+
+
+def check_faust_version(version: str = faust.__version__) -> None:
+    """Refuse a faust-streaming version the consumer corrections were not tested against."""
+    try:
+        parsed = tuple(int(p) for p in version.split(".")[:3])
+    except ValueError:
+        parsed = (0,)
+    low, high = TESTED_FAUST
+    if not low <= parsed < high:
+        raise RuntimeError(
+            f"faust-streaming {version} is not supported: fraudstream's consumer overrides "
+            f"private Faust methods tested with >={'.'.join(map(str, low))},"
+            f"<{'.'.join(map(str, high))}; install that range (pip install -e .)")
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Messages of one fetch of a chunk topic, in offset order per partition."""
+
+    generation: int
+    messages: list[Message]
+
+
+class FraudConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer with fraudstream's corrections (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_faust_version()
+        super().__init__(*args, **kwargs)
+        #: topics delivered as whole chunks, named by the app (`fraudstream_chunk_topics`)
+        self.chunk_topics: frozenset[str] = frozenset(
+            getattr(self.app, "fraudstream_chunk_topics", ()))
+        self.chunks: asyncio.Queue[Chunk] = asyncio.Queue(maxsize=CHUNK_QUEUE_SIZE)
+        self.seek_targets: dict[TP, tuple[int, int, float]] = {}
+        self.rewinds = 0
+
+    # --- one rewind ---------------------------------------------------------------------------
+    async def rewind(self, tp: TP, offset: int, reason: str) -> bool:
+        """Read `tp` again from `offset`: the one way any part of the worker sends a partition
+        back. False when the partition is no longer assigned (its next owner reads it)."""
+        if tp not in self.assignment():
+            return False
+        metrics.REWINDS.labels(tp.topic, reason).inc()
+        self.rewinds += 1
+        log.info("%s: reading again from offset %d (%s)", tp, offset, reason)
+        try:
+            await self.seek(tp, offset)
+        except Exception as exc:  # noqa: BLE001 - revoked meanwhile: its next owner reads it
+            log.info("%s: not rewound (%r); its next owner starts at the commit", tp, exc)
+            return False
+        return True
+
+    def release(self, messages: Iterable[Message]) -> None:
+        """Forget messages without acknowledging them: their offsets are not committed (they are
+        read again), and a rebalance's wait for unacknowledged messages does not wait for them."""
+        unacked = self._unacked_messages
+        for message in messages:
+            unacked.discard(message)
+
+    # --- corrections 1 and 2: strict commits ---------------------------------------------------
+    def _new_offset(self, tp: TP) -> int | None:
+        acked = self._acked[tp]
+        if not acked:
+            return None
+        acked.sort()
+        committed = self._committed_offset[tp]
+        if committed is None:
+            return None  # where the partition starts is not known yet
+        if acked[0] > committed:
+            return None  # the message at `committed` is not done yet: never commit past it
+        batch = next(consecutive_numbers(acked))
+        acked[: len(batch)] = []
+        self._acked_index[tp].difference_update(batch)
+        return batch[-1] + 1
+
+    async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
+        """Never count unfetched offsets as done."""
+
+    # --- correction 4: seeks on the consumer thread --------------------------------------------
+    async def _seek(self, partition: TP, offset: int) -> None:
+        # set before the seek: from here on nothing of this partition is handed over until the
+        # target itself arrives (records fetched before the seek are stale)
+        self.seek_targets[partition] = (offset, self.app.consumer_generation_id, time.monotonic())
+        await self._thread.call_thread(self._thread.seek, partition, offset)
+
+    # --- correction 5: the log start of never-committed partitions -----------------------------
+    async def perform_seek(self) -> None:
+        await super().perform_seek()
+        try:
+            await self.fill_unknown_commits(self.chunk_topics)
+        except Exception as exc:  # noqa: BLE001 - the commit watchdog fills them in later
+            log.info("log start of uncommitted partitions not known yet (%r)", exc)
+
+    async def fill_unknown_commits(self, topics: frozenset[str]) -> int:
+        """Take the log start as the committed offset of assigned partitions that have none."""
+        unknown = [tp for tp in self.assignment()
+                   if tp.topic in topics and self._committed_offset.get(tp) is None]
+        if not unknown:
+            return 0
+        earliest = await self.earliest_offsets(*unknown)
+        filled = 0
+        for tp in unknown:
+            start = earliest.get(tp)
+            if start is not None and self._committed_offset.get(tp) is None:
+                self._committed_offset[tp] = start
+                filled += 1
+        return filled
+
+    # --- correction 6: fetch for a copy; hand back records of paused partitions ----------------
+    async def _getmany(self, active_partitions: Any, timeout: float) -> Any:  # noqa: ASYNC109
+        if active_partitions is not None:
+            active_partitions = set(active_partitions)
+            if not active_partitions:
+                return {}
+        return await self._thread.getmany(active_partitions, timeout)
+
+    async def _wait_next_records(self, timeout: float) -> Any:  # noqa: ASYNC109
+        records, active = await super()._wait_next_records(timeout)
+        if not records or active is None:
+            return records, active
+        for tp in [tp for tp in records if tp not in active and tp not in self._buffered_partitions
+                   and not self._is_changelog_tp(tp)]:  # table recovery positions its own
+            dropped = records.pop(tp)
+            if not dropped:
+                continue
+            metrics.FETCH_HANDED_BACK.labels(tp.topic).inc(len(dropped))
+            target = self.seek_targets.get(tp)
+            if target is not None and target[0] != dropped[0].offset:
+                continue  # fetched before a pending seek: that seek reads them again already
+            await self.rewind(tp, dropped[0].offset, "fetched while paused")
+        return records, active
+
+    # --- correction 3 and chunk delivery: the drain loop ---------------------------------------
+    def stop_flow(self) -> None:
+        """Stop the flow (a rebalance) and drop the chunks the engine has not taken yet."""
+        super().stop_flow()
+        while not self.chunks.empty():
+            self.release(self.chunks.get_nowait().messages)
+
+    def _stale(self, tp: TP, offset: int) -> bool:
+        """Whether a fetched message is to be skipped: behind a pending seek, or read already."""
+        target = self.seek_targets.get(tp)
+        if target is not None:
+            if (target[1] != self.app.consumer_generation_id
+                    or time.monotonic() - target[2] > SEEK_TARGET_TTL_S):
+                # a rebalance sought everything to the commits since, or the target never
+                # came: hand over again (the sequencer catches any gap)
+                del self.seek_targets[tp]
+            elif offset != target[0]:
+                return True  # fetched before the seek: stale, it is read again from there
+            else:
+                del self.seek_targets[tp]
+        read = self._read_offset[tp]
+        return read is not None and offset < read
+
+    async def _hand_over(self, delivery: Any, what: str, parts: dict[TP, int]) -> bool:
+        """Await a hand-over unless the flow is suspended first; rewind what was not handed over."""
+        result = await self.wait_first(delivery, self.suspend_flow.wait())
+        if delivery in result.done:
+            return True
+        for tp, offset in parts.items():
+            log.info("%s: hand-over of %s at offset %d interrupted", tp, what, offset)
+            await self.rewind(tp, offset, "hand-over interrupted")
+        return False
+
+    async def _deliver_chunk(self, generation: int, by_tp: dict[TP, list[Message]]) -> None:
+        messages = [m for msgs in by_tp.values() for m in msgs]
+        track = self.track_message
+        for message in messages:
+            track(message)
+        delivered = await self._hand_over(self.chunks.put(Chunk(generation, messages)), "a chunk",
+                                          {tp: msgs[0].offset for tp, msgs in by_tp.items()})
+        if not delivered:
+            self.release(messages)
+            return
+        for tp, msgs in by_tp.items():
+            self._read_offset[tp] = msgs[-1].offset
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - end to end
+        callback = self.callback
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        chunk_topics = self.chunk_topics
+        stale = self._stale
+        since_yield = 0
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                self.diag.set_flag(CONSUMER_FETCHING)
+                ait = self.getmany(timeout=1.0)
+                await self.sleep(0)
+                if self.should_stop:
+                    continue
+                generation = self.app.consumer_generation_id
+                chunk: dict[TP, list[Message]] = {}
+                interrupted: set[TP] = set()
+                async for tp, message in ait:
+                    since_yield += 1
+                    if since_yield > 1000:
+                        await asyncio.sleep(0)
+                        since_yield = 0
+                    if tp in interrupted or stale(tp, message.offset):
+                        continue
+                    if tp.topic in chunk_topics:
+                        chunk.setdefault(tp, []).append(message)
+                        continue
+                    if self._commit_every is not None and self._n_acked >= self._commit_every:
+                        self._n_acked = 0
+                        await self.commit()
+                    if await self._hand_over(callback(message), "a message",
+                                             {tp: message.offset}):
+                        self._read_offset[tp] = message.offset
+                    else:
+                        interrupted.add(tp)  # everything after it is fetched again
+                if chunk:
+                    await self._deliver_chunk(generation, chunk)
+                self.diag.unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                return
+            raise
+        finally:
+            self.diag.unset_flag(CONSUMER_FETCHING)
+
+    # --- diagnostics ---------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Flow and per-partition bookkeeping, for diagnosing stalls (the /debug/consumer page).
+        Read without locks: indicative only."""
+        app = self.app
+        partitions: dict[str, dict[str, Any]] = {}
+        for tp in self.assignment():
+            acked = self._acked.get(tp) or []
+            target = self.seek_targets.get(tp)
+            partitions[_name(tp)] = {
+                "read": self._read_offset.get(tp),
+                "committed": self._committed_offset.get(tp),
+                "acked_min": min(acked) if acked else None,
+                "acked": len(acked),
+                "seek_target": None if target is None else target[0],
+            }
+        state: dict[str, Any] = {
+            "generation": app.consumer_generation_id,
+            "flow_active": self.flow_active,
+            "can_resume_flow": self.can_resume_flow.is_set(),
+            "suspend_flow": self.suspend_flow.is_set(),
+            "in_recovery": bool(getattr(app, "in_recovery", False)),
+            "active": _names(self._active_partitions),
+            "paused": _names(self._paused_partitions),
+            "buffered": _names(self._buffered_partitions),
+            "unacked": len(self._unacked_messages),
+            "chunks_queued": self.chunks.qsize(),
+            "rewinds": self.rewinds,
+            "partitions": partitions,
+        }
+        inner = getattr(getattr(self, "_thread", None), "_consumer", None)
+        if inner is not None:
+            subscription = inner._subscription.subscription
+            assignment = None if subscription is None else subscription.assignment
+            states = {} if assignment is None else assignment._tp_state
+            state["kafka"] = {
+                "paused": _names(inner.paused()),
+                "positions": {_name(tp): s._position for tp, s in states.items()},
+                "fetched": _names(getattr(inner._fetcher, "_records", {}).keys()),
+            }
+        return state
+
+
+def _name(tp: Any) -> str:
+    return f"{tp.topic}:{tp.partition}"
+
+
+def _names(tps: Iterable[Any] | None) -> list[str]:
+    return sorted(_name(tp) for tp in tps or ())
+
+
+class Transport(faust_aiokafka.Transport):
+    """Faust's aiokafka transport with `FraudConsumer` (broker URL scheme `fraudstream://`)."""
+
+    Consumer = FraudConsumer
+
+
+def broker_url(bootstrap: str) -> str:
+    """The Faust broker URL that selects this transport for `host:port[,host:port]`."""
+    return "fraudstream://" + ";".join(h.strip() for h in bootstrap.split(",") if h.strip())
+
+
+def messages_by_partition(messages: Sequence[Message]) -> dict[TP, list[Message]]:
+    """Group messages by partition, keeping their order."""
+    out: dict[TP, list[Message]] = {}
+    for m in messages:
+        out.setdefault(m.tp, []).append(m)
+    return out

@@ -1,0 +1,138 @@
+"""The score engine: take fetched chunks, admit them in order, fold, score, hand to the checkpoint.
+
+No waiting to fill a batch: the engine takes whatever chunks the consumer has queued (one at
+least), up to `max_batch` messages, so an idle input is served at once and batches grow under
+lag. A batch is folded and scored while earlier ones are still being made durable by the
+checkpoint (app.stream.checkpoint). A rebalance (a new generation) first drains the checkpoint,
+then drops the decoded card states: partitions may have moved, and the table is the truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from faust.types import Message
+
+from app.stream import metrics
+from app.stream.checkpoint import Checkpoint
+from app.stream.consumer import Chunk
+from app.stream.pipeline import TransactionPipeline
+from app.stream.scoring import ScoringStage
+from app.stream.sequencer import PartitionSequencer
+
+log = logging.getLogger(__name__)
+
+#: How long a stopping worker waits for its in-flight batches to become durable.
+DRAIN_ON_STOP_S = 30.0
+
+
+class ScoreEngine:
+    """The score loop of one worker (see the module docstring)."""
+
+    def __init__(self, app: Any, pipeline: TransactionPipeline, stage: ScoringStage,
+                 sequencer: PartitionSequencer, checkpoint_factory: Callable[
+                     [Callable[[Iterable[Message]], None]], Checkpoint], *,
+                 max_batch: int) -> None:
+        self.app = app
+        self.pipeline = pipeline
+        self.stage = stage
+        self.sequencer = sequencer
+        self.checkpoint = checkpoint_factory(self._ack)
+        self.max_batch = max_batch
+        self._generation: int | None = None
+        self._pending: Chunk | None = None
+
+    async def run(self) -> None:
+        """Process chunks until cancelled; in-flight batches are finished before it returns."""
+        runner = asyncio.ensure_future(self.checkpoint.run())
+        runner.add_done_callback(self._on_checkpoint_done)
+        try:
+            while True:
+                chunk = await self._take()
+                await self.process(chunk)
+        except asyncio.CancelledError:
+            # no changelog record of ours may reach Kafka after this worker left the group
+            # (another worker may already have restored those cards): finish what is in flight
+            try:
+                await asyncio.shield(asyncio.wait_for(self.checkpoint.drain(), DRAIN_ON_STOP_S))
+            except Exception as exc:  # noqa: BLE001 - stopping anyway; its source is re-read
+                log.warning("in-flight batches not finished on stop: %r", exc)
+            raise
+        finally:
+            runner.cancel()
+
+    def _on_checkpoint_done(self, task: asyncio.Future[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("stopping the worker: a batch could not be made durable (%r)", exc)
+        asyncio.ensure_future(self.app.crash(exc))
+
+    async def _take(self) -> Chunk:
+        """The next batch: the queued chunks of one generation, up to `max_batch` messages."""
+        queue = self.app.consumer.chunks
+        chunk = self._pending
+        self._pending = None
+        if chunk is None:
+            chunk = await queue.get()
+        messages = chunk.messages
+        while len(messages) < self.max_batch and not queue.empty():
+            nxt = queue.get_nowait()
+            if nxt.generation != chunk.generation:
+                self._pending = nxt
+                break
+            messages = messages + nxt.messages
+        if len(messages) > self.max_batch:
+            self._pending = Chunk(chunk.generation, messages[self.max_batch:])
+            messages = messages[: self.max_batch]
+        return Chunk(chunk.generation, messages)
+
+    async def process(self, chunk: Chunk) -> None:
+        """One batch: admit, fold, score, submit to the checkpoint."""
+        consumer = self.app.consumer
+        if chunk.generation != self.app.consumer_generation_id:
+            consumer.release(chunk.messages)  # fetched before a rebalance: read again
+            return
+        if chunk.generation != self._generation:
+            await self.checkpoint.drain()
+            self.pipeline.forget()
+            self._generation = chunk.generation
+        messages = await self.sequencer.admit(chunk.messages)
+        if not messages:
+            return
+        now = time.time()
+        inbound = self.app.monitor.stream_inbound_time
+        append = metrics.HOP_SECONDS.labels("append_to_engine")
+        mono = time.monotonic()
+        for message in messages:
+            append.observe(max(0.0, now - message.timestamp))
+            inbound[message.tp] = mono  # Faust's livelock detector: this partition is served
+        metrics.BATCH_SIZE.observe(len(messages))
+        t0 = time.perf_counter()
+        outcome = self.pipeline.process(messages)
+        t1 = time.perf_counter()
+        records = outcome.records
+        records.extend(self.stage.run(outcome.scored))
+        t2 = time.perf_counter()
+        metrics.HOP_SECONDS.labels("features").observe(t1 - t0)
+        metrics.HOP_SECONDS.labels("model").observe(t2 - t1)
+        metrics.SCORED.inc(len(outcome.scored))
+        cards = {card_id.encode(): saved for card_id, saved in outcome.saves.items()}
+        await self.checkpoint.submit(records, cards, messages)
+
+    def _ack(self, messages: Iterable[Message]) -> None:
+        """The checkpoint's last step: the batch's messages may be committed."""
+        consumer = self.app.consumer
+        now = time.time()
+        served = metrics.HOP_SECONDS.labels("event_to_served")
+        newest: dict[Any, float] = {}
+        for message in messages:
+            consumer.ack(message)
+            served.observe(max(0.0, now - message.timestamp))
+            newest[message.tp] = message.timestamp
+        for tp, ts in newest.items():
+            metrics.LAG_SECONDS.labels(tp.topic, str(tp.partition)).set(max(0.0, now - ts))

@@ -1,0 +1,83 @@
+"""Producing a batch's records through aiokafka's batch API: one record batch per partition."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+
+from app.stream.records import OutRecord
+
+#: (key, value, headers) of one record to produce
+Entry = tuple[bytes | None, bytes, Sequence[tuple[str, bytes]]]
+
+
+@lru_cache(maxsize=1 << 16)
+def _key_hash(key: bytes) -> int:
+    return murmur2(key) & 0x7FFFFFFF
+
+
+def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for `key` (murmur2, as the Java client);
+    a keyless record goes by a hash of its value, so a re-sent copy lands where the first did."""
+    if key is None:
+        return zlib.crc32(value) % partitions
+    return _key_hash(key) % partitions
+
+
+class BatchSink:
+    """Sends records in as few produce batches as possible and returns their delivery futures.
+
+    `producer` gives the app's aiokafka producer (created lazily by Faust); `topic_names` maps
+    logical topic names (app.stream.topics) to the deployment's names.
+    """
+
+    def __init__(self, producer: Callable[[], Any], topic_names: Mapping[str, str]) -> None:
+        self._producer = producer
+        self._names = dict(topic_names)
+        self._partitions: dict[str, int] = {}
+
+    async def _partition_count(self, producer: Any, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = self._partitions[topic] = len(await producer.partitions_for(topic))
+        return count
+
+    async def send(self, records: Iterable[OutRecord]) -> list[asyncio.Future[Any]]:
+        """Route records by key to partitions and send them; nothing is awaited but queueing."""
+        producer = self._producer()
+        grouped: dict[tuple[str, int], list[Entry]] = {}
+        for rec in records:
+            topic = self._names[rec.topic]
+            count = self._partitions.get(topic) or await self._partition_count(producer, topic)
+            part = partition_for(rec.key, rec.value, count)
+            grouped.setdefault((topic, part), []).append((rec.key, rec.value, rec.headers))
+        return await self.send_to(grouped)
+
+    async def send_to(self, grouped: Mapping[tuple[str, int], Sequence[Entry]]
+                      ) -> list[asyncio.Future[Any]]:
+        """Send entries to the given (topic, partition)s, a record batch per partition."""
+        producer = self._producer()
+        futures: list[asyncio.Future[Any]] = []
+        for (topic, partition), entries in grouped.items():
+            batch = producer.create_batch()
+            filled = 0
+            for key, value, headers in entries:
+                if batch.append(key=key, value=value, timestamp=None,
+                                headers=list(headers)) is None:
+                    if not filled:
+                        raise ValueError(f"a record for {topic} does not fit in a produce batch")
+                    futures.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = producer.create_batch()
+                    filled = 0
+                    if batch.append(key=key, value=value, timestamp=None,
+                                    headers=list(headers)) is None:
+                        raise ValueError(f"a record for {topic} does not fit in a produce batch")
+                filled += 1
+            if filled:
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
+        return futures

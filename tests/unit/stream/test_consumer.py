@@ -1,0 +1,143 @@
+"""FraudConsumer: strict commits, one rewind, the log start at assignment, chunk hand-over."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from faust.types import TP
+from stream_support import A, B, message, real_consumer
+
+from app.stream.consumer import (
+    Chunk,
+    FraudConsumer,
+    Transport,
+    broker_url,
+    check_faust_version,
+)
+
+
+def test_the_fraudstream_scheme_selects_the_subclass() -> None:
+    consumer, _ = real_consumer({})
+    assert type(consumer) is FraudConsumer
+    assert Transport.Consumer is FraudConsumer
+    assert broker_url("h1:9092, h2:9092") == "fraudstream://h1:9092;h2:9092"
+
+
+def test_an_untested_faust_version_is_refused_with_the_reason() -> None:
+    check_faust_version("0.15.3")
+    with pytest.raises(RuntimeError, match="faust-streaming 0.16.1 is not supported"):
+        check_faust_version("0.16.1")
+    with pytest.raises(RuntimeError, match="not supported"):
+        check_faust_version("0.14.9")
+
+
+def acked(consumer: FraudConsumer, tp: TP, offsets: list[int]) -> None:
+    consumer._acked[tp] = list(offsets)
+    consumer._acked_index[tp] = set(offsets)
+
+
+def test_never_commits_past_an_unacked_head_message() -> None:
+    consumer, _ = real_consumer({A: 100})
+    acked(consumer, A, [101, 102, 103])
+    # Faust's own computation (the base class) commits 104: offset 100 would be lost
+    assert consumer._new_offset(A) is None
+    assert consumer._acked[A] == [101, 102, 103]  # nothing dropped
+
+
+def test_commits_the_consecutive_run_from_the_committed_offset() -> None:
+    consumer, _ = real_consumer({A: 100})
+    acked(consumer, A, [102, 100, 101, 105])
+    assert consumer._new_offset(A) == 103
+    assert consumer._acked[A] == [105]
+
+
+def test_no_commit_while_the_partition_start_is_unknown() -> None:
+    consumer, _ = real_consumer({A: None})
+    acked(consumer, A, [3, 4, 5])
+    assert consumer._new_offset(A) is None
+
+
+async def test_a_fetch_gap_is_never_counted_as_done() -> None:
+    consumer, _ = real_consumer({A: 100})
+    await consumer._add_gap(A, 101, 103)
+    acked(consumer, A, [100, 103])
+    assert consumer._new_offset(A) == 101  # 101 and 102 were never processed
+
+
+async def test_rewind_seeks_on_the_consumer_thread_and_filters_until_the_target() -> None:
+    consumer, broker = real_consumer({A: 10})
+    consumer._read_offset[A] = 40
+    assert await consumer.rewind(A, 41, "gap") is True
+    assert broker.seeks == [(A, 41)]
+    assert consumer._read_offset[A] == 41
+    assert consumer._stale(A, 45)  # fetched before the seek
+    assert not consumer._stale(A, 41)  # the target itself arrives: the filter is done
+    assert A not in consumer.seek_targets
+
+
+async def test_rewind_of_a_revoked_partition_does_nothing() -> None:
+    consumer, broker = real_consumer({A: 10}, assigned={B})
+    assert await consumer.rewind(A, 10, "gap") is False
+    assert broker.seeks == []
+
+
+async def test_uncommitted_partitions_start_at_the_log_start_when_assigned() -> None:
+    consumer, _ = real_consumer({A: 7, B: None})
+    assert await consumer.fill_unknown_commits(frozenset({"transactions"})) == 1
+    assert consumer._committed_offset[A] == 7
+    assert consumer._committed_offset[B] == 3
+    acked(consumer, B, [3, 4])
+    assert consumer._new_offset(B) == 5  # commits at once: no re-read at the next rebalance
+
+
+async def test_the_thread_fetches_for_a_copy_of_the_active_partitions() -> None:
+    consumer, _ = real_consumer({})
+    seen = []
+
+    async def getmany(active, _timeout):
+        seen.append(active)
+        active.clear()  # what a rebalance does to the live set meanwhile
+        return {}
+
+    consumer._thread.getmany = getmany
+    live = {A, B}
+    await consumer._getmany(live, 1.0)
+    assert live == {A, B}
+    assert await consumer._getmany(set(), 1.0) == {}
+    assert len(seen) == 1  # an empty set fetches nothing instead of everything
+
+
+async def test_a_delivered_chunk_is_tracked_and_moves_the_read_offsets() -> None:
+    consumer, _ = real_consumer({A: 0, B: 0})
+    by_tp = {A: [message(A, 0), message(A, 1)], B: [message(B, 5)]}
+    await consumer._deliver_chunk(1, by_tp)
+    chunk = consumer.chunks.get_nowait()
+    assert chunk == Chunk(1, [*by_tp[A], *by_tp[B]])
+    assert all(m in consumer._unacked_messages for m in chunk.messages)
+    assert (consumer._read_offset[A], consumer._read_offset[B]) == (1, 5)
+
+
+async def test_an_interrupted_chunk_is_released_and_its_partitions_rewound() -> None:
+    consumer, broker = real_consumer({A: 0, B: 0})
+    for i in range(consumer.chunks.maxsize):  # the engine is not taking chunks
+        consumer.chunks.put_nowait(Chunk(1, [message(B, i)]))
+    by_tp = {A: [message(A, 7), message(A, 8)]}
+    delivery = asyncio.ensure_future(consumer._deliver_chunk(1, by_tp))
+    await asyncio.sleep(0.01)
+    consumer.suspend_flow.set()  # a rebalance starts
+    await asyncio.wait_for(delivery, 2)
+    assert broker.seeks == [(A, 7)]
+    assert not any(m in consumer._unacked_messages for m in by_tp[A])
+    assert consumer._read_offset[A] == 7  # the read offset points at the re-read
+
+
+def test_stopping_the_flow_drops_queued_chunks_unacked() -> None:
+    consumer, _ = real_consumer({A: 0})
+    queued = [message(A, 0), message(A, 1)]
+    for m in queued:
+        consumer.track_message(m)
+    consumer.chunks.put_nowait(Chunk(1, queued))
+    consumer.stop_flow()
+    assert consumer.chunks.empty()
+    assert not consumer._unacked_messages  # a rebalance's wait_empty does not wait for them
