@@ -103,6 +103,11 @@ class Settings:
         "Batches a worker may have sent but not yet made durable (pipelined checkpoint).",
         4,
     )
+    producer_linger_ms: float = _env(
+        "FRAUDSTREAM_PRODUCER_LINGER_MS",
+        "How long the worker's producer lets record batches gather into one produce request.",
+        1.0,
+    )
     max_wait_s: float = _env(
         "FRAUDSTREAM_MAX_WAIT_S",
         "Longest wait to fill a dispatch batch (seconds); scoring never waits to fill one.",

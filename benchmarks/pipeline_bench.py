@@ -1,38 +1,110 @@
-"""One worker's end-to-end events/s next to a raw aiokafka consume→produce loop, same broker, same run.
+"""One worker against a raw aiokafka consume→produce loop on the same broker, then latency at 30 %.
 
-    .venv/bin/python benchmarks/pipeline_bench.py --txns 50000 --pairs 3
+    .venv/bin/python benchmarks/pipeline_bench.py                      # 200k transactions, 3 pairs
+    .venv/bin/python benchmarks/pipeline_bench.py --txns 50000 --pairs 1 --no-docs   # a quick look
 
-Both sides read the same pre-filled transactions topic from offset 0. The baseline consumes and
-produces each message unchanged (the floor any Kafka stream processor pays); the worker validates,
-folds card state (changelog writes), scores with ONNX and produces served rows and actions. The
-worker's clock starts at its first served row (start-up and group join excluded) and stops when
-its lag reaches 0. The worker's longest event-loop stall is read from its /metrics.
+Throughput: the raw loop and the worker alternate, each pair on fresh topics pre-filled with the
+same log. Both rates are taken from broker timestamps: the bench topics use LogAppendTime, and a
+side's rate is its output records divided by the span between the first and the last append
+of its output topic, so nothing (no admin polling, no start-up) inside the measured window is
+counted. Completion is watched outside Kafka (the worker's /metrics, the raw loop's own count).
+CPU per event is read from /proc for the worker, the broker and this process (the raw loop).
+
+Latency: a worker (defaults, no dispatch) is fed at 30 % of the median worker rate; event →
+served row and event → action are broker append of the transaction → broker append of the
+served row / action, and the worker's per-hop histograms are read from its /metrics.
+
+It prints the figures and, unless --no-docs, writes docs/benchmarks.md and PNG plots beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.settings import Settings, load_settings  # noqa: E402
 from app.stack.manager import Stack  # noqa: E402
 from app.stream import topics  # noqa: E402
-from app.stream.inspect import group_lag, topic_sizes  # noqa: E402
+from app.stream.inspect import admin_client, read_topic  # noqa: E402
 from app.stream.topics import drop_topics, ensure_topics  # noqa: E402
 from tests.support.pipeline import lines_of, make_log, replay  # noqa: E402
-from tests.support.procs import spawn_worker, wait_until  # noqa: E402
+from tests.support.procs import Spawned, spawn_worker, wait_until  # noqa: E402
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-async def raw_loop(settings: Settings, total: int) -> float:
-    """events/s of consume → produce (same bytes) with aiokafka, committing as it goes."""
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+async def log_append_time(settings: Settings, logical: list[str]) -> None:
+    """Make the bench topics stamp records with the broker's append time."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    async with admin_client(settings) as admin:
+        await admin.alter_configs([
+            ConfigResource(ConfigResourceType.TOPIC, settings.topic(name),
+                           configs={"message.timestamp.type": "LogAppendTime"})
+            for name in logical])
+
+
+async def append_span(settings: Settings, logical: str) -> tuple[int, int, int]:
+    """(records, first append ms, last append ms) of a topic, from its first and last records."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    name = settings.topic(logical)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(name, p) for p in sorted(consumer.partitions_for_topic(name)
+                                                       or await _partitions(consumer, name))]
+        consumer.assign(tps)
+        starts = await consumer.beginning_offsets(tps)
+        ends = await consumer.end_offsets(tps)
+        count, first, last = 0, None, None
+        for tp in tps:
+            if ends[tp] <= starts[tp]:
+                continue
+            count += ends[tp] - starts[tp]
+            for offset in (starts[tp], ends[tp] - 1):
+                consumer.seek(tp, offset)
+                msg = await asyncio.wait_for(consumer.getone(tp), 30)
+                first = msg.timestamp if first is None else min(first, msg.timestamp)
+                last = msg.timestamp if last is None else max(last, msg.timestamp)
+        return count, first or 0, last or 0
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: object, name: str) -> set[int]:
+    await consumer._client.force_metadata_update()  # noqa: SLF001
+    return consumer.partitions_for_topic(name) or set()  # type: ignore[attr-defined]
+
+
+async def raw_loop(settings: Settings, total: int) -> None:
+    """Consume → produce (same bytes) with aiokafka, committing as it goes."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     consumer = AIOKafkaConsumer(settings.topic(topics.TRANSACTIONS),
@@ -44,79 +116,213 @@ async def raw_loop(settings: Settings, total: int) -> float:
     await consumer.start()
     await producer.start()
     seen = 0
-    t0 = None
+    sink = settings.topic(topics.ACTIONS_DLQ)  # a pipeline topic no worker writes here
     try:
         while seen < total:
             batch = await consumer.getmany(timeout_ms=500, max_records=1000)
             for msgs in batch.values():
-                if t0 is None and msgs:
-                    t0 = time.perf_counter()
                 for m in msgs:
-                    # the sink is a pipeline topic the worker's clock does not watch
-                    await producer.send(settings.topic(topics.ACTIONS_DLQ),
-                                        value=m.value, key=m.key)
+                    await producer.send(sink, value=m.value, key=m.key)
                 seen += len(msgs)
         await producer.flush()
-        return seen / (time.perf_counter() - (t0 or time.perf_counter()))
     finally:
         await consumer.stop()
         await producer.stop()
 
 
-def worker_rate(settings: Settings, total: int, served_expected: int, tmp: Path) -> tuple[float, str]:
-    served = settings.topic(topics.FEATURES_SERVED)
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
+        return resp.read().decode()
+
+
+def metric_sum(text: str, name: str) -> float:
+    """The sum of every sample of `name` (all labels)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name)] in " {":
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def handled(port: int) -> float:
+    """Messages the worker is done with: served, dead-lettered or routed late."""
+    try:
+        text = scrape(port)
+    except OSError:
+        return 0.0  # not serving yet
+    return sum(metric_sum(text, n) for n in ("fraudstream_scored_total",
+                                              "fraudstream_dlq_messages_total",
+                                              "fraudstream_late_messages_total"))
+
+
+def hop_quantiles(text: str, qs: tuple[float, ...] = (0.5, 0.99)) -> dict[str, list[float]]:
+    """Per hop, the upper bound of the histogram bucket holding each quantile (seconds)."""
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for line in text.splitlines():
+        if not line.startswith("fraudstream_hop_seconds_bucket{"):
+            continue
+        labels, value = line.rsplit(" ", 1)
+        hop = labels.split('hop="', 1)[1].split('"', 1)[0]
+        le = labels.split('le="', 1)[1].split('"', 1)[0]
+        buckets.setdefault(hop, []).append((float("inf") if le == "+Inf" else float(le),
+                                            float(value)))
+    out = {}
+    for hop, rows in buckets.items():
+        rows.sort()
+        total = rows[-1][1]
+        if total == 0:
+            continue
+        out[hop] = [next(le for le, n in rows if n >= q * total) for q in qs]
+    return out
+
+
+@dataclass
+class Side:
+    rate: float
+    cpu_us_per_event: float
+    broker_us_per_event: float
+
+
+def fresh(base: Settings, tag: str) -> Settings:
+    settings = base.replace(topic_prefix=f"bench{tag}.", app_id=f"bench-{tag}")
+    asyncio.run(ensure_topics(settings))
+    asyncio.run(log_append_time(settings, [topics.TRANSACTIONS, topics.FEATURES_SERVED,
+                                           topics.ACTIONS, topics.ACTIONS_DLQ]))
+    return settings
+
+
+def measure_raw(settings: Settings, total: int, broker_pid: int | None) -> Side:
+    c0, b0 = time.process_time(), cpu_s(broker_pid)
+    asyncio.run(raw_loop(settings, total))
+    cpu, broker = time.process_time() - c0, cpu_s(broker_pid) - b0
+    n, first, last = asyncio.run(append_span(settings, topics.ACTIONS_DLQ))
+    return Side(n / max(1e-3, (last - first) / 1000), cpu / total * 1e6, broker / total * 1e6)
+
+
+def start_worker(settings: Settings, tmp: Path) -> Spawned:
+    worker = spawn_worker(settings, tmp, dispatch=False)
+    wait_until(lambda: _assigned(worker.port), timeout_s=120, interval_s=0.2,
+               what="the worker's partitions")
+    return worker
+
+
+def _assigned(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/consumer",  # noqa: S310
+                                    timeout=2) as resp:
+            state = orjson.loads(resp.read())
+    except OSError:
+        return False
+    return any(name.split(":")[0].endswith(topics.TRANSACTIONS) for name in state["partitions"])
+
+
+def measure_worker(settings: Settings, total: int, tmp: Path, broker_pid: int | None) -> Side:
     worker = spawn_worker(settings, tmp, dispatch=False)
     try:
-        wait_until(lambda: asyncio.run(topic_sizes(settings, [served]))[served] > 0,
-                   timeout_s=120, interval_s=0.05, what="the first served row")
-        t0 = time.perf_counter()
-        wait_until(lambda: asyncio.run(group_lag(settings, settings.app_id,
-                                                 settings.topic(topics.TRANSACTIONS))) == 0,
-                   timeout_s=600, interval_s=0.2, what="lag 0")
-        elapsed = time.perf_counter() - t0
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/metrics",  # noqa: S310
-                                    timeout=5) as resp:
-            text = resp.read().decode()
-        stall = next((line.split()[-1] for line in text.splitlines()
-                      if line.startswith("fraudstream_event_loop_lag_max_seconds ")), "?")
+        # CPU counted from the first handled message: start-up and group join are not work
+        done = wait_until(lambda: handled(worker.port), timeout_s=120, interval_s=0.05,
+                          what="the first handled transaction")
+        w0, b0 = cpu_s(worker.pid), cpu_s(broker_pid)
+        wait_until(lambda: handled(worker.port) >= total, timeout_s=900, interval_s=0.5,
+                   what="every transaction handled")
+        cpu, broker = cpu_s(worker.pid) - w0, cpu_s(broker_pid) - b0
     finally:
         worker.stop()
-    return total / elapsed, stall
+    work = max(1.0, total - done)
+    n, first, last = asyncio.run(append_span(settings, topics.FEATURES_SERVED))
+    return Side(n / max(1e-3, (last - first) / 1000), cpu / work * 1e6, broker / work * 1e6)
+
+
+def latency_run(settings: Settings, lines: list[bytes], rate: float, tmp: Path
+                ) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """Feed `lines` at `rate`; (event → served/action latencies in ms, per-hop quantiles, n)."""
+    worker = start_worker(settings, tmp)
+    try:
+        replay(settings, lines, rate=rate)
+        wait_until(lambda: handled(worker.port) >= len(lines), timeout_s=300, interval_s=0.5,
+                   what="every transaction handled")
+        hops = hop_quantiles(scrape(worker.port))
+    finally:
+        worker.stop()
+    appended = {(r.partition, r.offset): r.timestamp_ms
+                for r in asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS)))}
+    served_ms, source_of = [], {}
+    for r in asyncio.run(read_topic(settings, settings.topic(topics.FEATURES_SERVED))):
+        row = orjson.loads(r.value)
+        source = appended[(row["partition"], row["offset"])]
+        source_of[row["txn_id"]] = source
+        served_ms.append(r.timestamp_ms - source)
+    action_ms = [r.timestamp_ms - source_of[orjson.loads(r.value)["txn_id"]]
+                 for r in asyncio.run(read_topic(settings, settings.topic(topics.ACTIONS)))]
+    return {"event → served row": served_ms, "event → action": action_ms}, hops, len(lines)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 @click.command()
-@click.option("--txns", default=50_000, show_default=True)
-@click.option("--batches", default="512", show_default=True, help="max_batch values to try.")
-@click.option("--pairs", default=3, show_default=True,
-              help="raw loop / worker runs, alternating, per max_batch (median reported).")
-def main(txns: int, batches: str, pairs: int) -> None:
+@click.option("--txns", default=200_000, show_default=True)
+@click.option("--pairs", default=3, show_default=True, help="Raw loop / worker runs, alternating.")
+@click.option("--load", default=0.3, show_default=True, help="Latency run: share of the median rate.")
+@click.option("--latency-seconds", default=30.0, show_default=True)
+@click.option("--docs/--no-docs", default=True, show_default=True,
+              help="Write docs/benchmarks.md and its plots.")
+def main(txns: int, pairs: int, load: float, latency_seconds: float, docs: bool) -> None:
     base = load_settings()
-    Stack(base).up()
+    stack = Stack(base)
+    stack.up()
+    broker_pid = stack.kafka.process.pid() if stack.manages_kafka else None
     base = base.replace(kafka_bootstrap=base.effective_kafka_bootstrap,
                         redis_url=base.effective_redis_url)
-    log = make_log(cards=max(500, txns // 20), txns=txns, seed=3)
-    lines = lines_of(log)
+    lines = lines_of(make_log(cards=max(500, txns // 20), txns=txns, seed=3))
+    raws: list[Side] = []
+    workers: list[Side] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for size in [int(b) for b in batches.split(",")]:
-            ratios = []
-            for pair in range(pairs):
-                tag = uuid.uuid4().hex[:6]
-                settings = base.replace(topic_prefix=f"bench{tag}.", app_id=f"bench-{tag}",
-                                        max_batch=size)
-                asyncio.run(ensure_topics(settings))
+        for pair in range(pairs):
+            for side in ("raw", "worker"):
+                settings = fresh(base, uuid.uuid4().hex[:6])
                 replay(settings, lines)
-                raw = asyncio.run(raw_loop(settings, len(lines)))
-                rate, stall = worker_rate(settings, len(lines), len(lines), Path(tmp))
-                ratios.append(rate / raw)
-                print(f"max_batch={size:4d} pair {pair + 1}  raw consume->produce {raw:9,.0f} "
-                      f"ev/s   worker {rate:8,.0f} ev/s   ratio {rate / raw:.3f}   "
-                      f"max loop stall {float(stall) * 1000:.1f} ms", flush=True)
-                asyncio.run(drop_topics(settings))
-            ratios.sort()
-            print(f"max_batch={size:4d}  median ratio {ratios[len(ratios) // 2]:.3f}  "
-                  f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}, {pairs} pairs)", flush=True)
+                try:
+                    if side == "raw":
+                        raws.append(measure_raw(settings, len(lines), broker_pid))
+                    else:
+                        workers.append(measure_worker(settings, len(lines), Path(tmp),
+                                                      broker_pid))
+                finally:
+                    asyncio.run(drop_topics(settings))
+            r, w = raws[-1], workers[-1]
+            print(f"pair {pair + 1}: raw {r.rate:9,.0f} ev/s ({r.cpu_us_per_event:5.1f} µs CPU/ev, "
+                  f"broker {r.broker_us_per_event:5.1f})   worker {w.rate:8,.0f} ev/s "
+                  f"({w.cpu_us_per_event:6.1f} µs CPU/ev, broker {w.broker_us_per_event:5.1f})"
+                  f"   ratio {w.rate / r.rate:.3f}", flush=True)
+        ratios = sorted(w.rate / r.rate for r, w in zip(raws, workers, strict=True))
+        median_worker = statistics.median(w.rate for w in workers)
+        print(f"median ratio {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, max "
+              f"{ratios[-1]:.3f}, {pairs} pairs); median worker {median_worker:,.0f} ev/s, "
+              f"median raw {statistics.median(r.rate for r in raws):,.0f} ev/s", flush=True)
+
+        rate = load * median_worker
+        count = min(len(lines), max(1000, int(rate * latency_seconds)))
+        settings = fresh(base, uuid.uuid4().hex[:6])
+        try:
+            latencies, hops, n = latency_run(settings, lines[:count], rate, Path(tmp))
+        finally:
+            asyncio.run(drop_topics(settings))
+    print(f"latency at {load:.0%} load ({rate:,.0f} ev/s, {n} transactions):")
+    for name, values in latencies.items():
+        print(f"  {name:20s} p50 {pct(values, 0.5):6.1f} ms  p99 {pct(values, 0.99):6.1f} ms  "
+              f"max {max(values, default=float('nan')):7.1f} ms  ({len(values)} records)")
+    for hop, (p50, p99) in sorted(hops.items()):
+        print(f"  hop {hop:18s} p50 ≤ {p50 * 1000:7.1f} ms  p99 ≤ {p99 * 1000:7.1f} ms")
+    if docs:
+        from bench_report import write_report
+
+        write_report(DOCS, raws, workers, ratios, latencies, hops, load=load, rate=rate,
+                     txns=len(lines), command=" ".join(["benchmarks/pipeline_bench.py",
+                                                        *sys.argv[1:]]))
+        print(f"wrote {DOCS / 'benchmarks.md'}")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,7 @@ def create_app(
         producer_acks=-1,
         # the engine sends a batch's records for one partition as one record batch
         producer_max_batch_size=1 << 18,
+        producer_linger=settings.producer_linger_ms / 1000,
         consumer_auto_offset_reset="earliest",
         broker_commit_every=1000,
         broker_commit_interval=1.0,

@@ -21,6 +21,7 @@ class Record:
     key: bytes | None
     value: bytes
     headers: dict[str, str]
+    timestamp_ms: int = 0
 
 
 @asynccontextmanager
@@ -92,7 +93,7 @@ async def read_topic(settings: Settings, topic: str, *, timeout_s: float = 60.0)
                     if m.offset < ends[tp]:
                         records.append(Record(m.topic, m.partition, m.offset, m.key, m.value,
                                               {k: v.decode("utf-8", "replace")
-                                               for k, v in (m.headers or ())}))
+                                               for k, v in (m.headers or ())}, m.timestamp))
                 if tp in remaining and msgs and msgs[-1].offset + 1 >= ends[tp]:
                     del remaining[tp]
         return records

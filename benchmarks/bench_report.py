@@ -1,0 +1,105 @@
+"""docs/benchmarks.md and its plots, from pipeline_bench's figures."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[float],
+                 latencies: dict[str, list[float]], hops: dict[str, list[float]], *,
+                 load: float, rate: float, txns: int, command: str) -> None:
+    """Write docs/benchmarks.md and docs/benchmarks/*.png (matplotlib, headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = docs / "benchmarks"
+    out.mkdir(parents=True, exist_ok=True)
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    xs = range(1, len(raws) + 1)
+    ax.bar([x - 0.2 for x in xs], [r.rate for r in raws], 0.4, label="raw aiokafka loop")
+    ax.bar([x + 0.2 for x in xs], [w.rate for w in workers], 0.4, label="fraudstream worker")
+    ax.set_xlabel("pair")
+    ax.set_ylabel("events/s (broker append time)")
+    ax.set_xticks(list(xs))
+    ax.legend()
+    ax.set_title(f"Throughput, {txns:,} transactions per run")
+    fig.tight_layout()
+    fig.savefig(out / "throughput.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name, values in latencies.items():
+        ordered = sorted(values)
+        if ordered:
+            ax.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms, broker append → broker append)")
+    ax.set_ylabel("share of records")
+    ax.axvline(50, color="grey", linestyle=":", label="50 ms budget")
+    ax.legend()
+    ax.set_title(f"Latency CDF at {load:.0%} load ({rate:,.0f} events/s)")
+    fig.tight_layout()
+    fig.savefig(out / "latency_cdf.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    names = sorted(hops)
+    ax.barh([n + " p50" for n in names], [hops[n][0] * 1000 for n in names])
+    ax.barh([n + " p99" for n in names], [hops[n][1] * 1000 for n in names])
+    ax.set_xscale("log")
+    ax.set_xlabel("ms (upper bound of the histogram bucket)")
+    ax.set_title("Per-hop latency (worker /metrics)")
+    fig.tight_layout()
+    fig.savefig(out / "hops.png", dpi=110)
+    plt.close(fig)
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+    rows = "\n".join(
+        f"| {i} | {r.rate:,.0f} | {w.rate:,.0f} | {w.rate / r.rate:.3f} | "
+        f"{r.cpu_us_per_event:.1f} | {w.cpu_us_per_event:.1f} | {r.broker_us_per_event:.1f} | "
+        f"{w.broker_us_per_event:.1f} |"
+        for i, (r, w) in enumerate(zip(raws, workers, strict=True), 1))
+    lat = "\n".join(f"| {name} | {pct(v, 0.5):.1f} | {pct(v, 0.99):.1f} | {max(v):.1f} | "
+                    f"{len(v):,} |" for name, v in latencies.items() if v)
+    hop_rows = "\n".join(f"| {n} | ≤ {hops[n][0] * 1000:.1f} | ≤ {hops[n][1] * 1000:.1f} |"
+                         for n in names)
+    (docs / "benchmarks.md").write_text(f"""# Benchmarks: one worker against the raw Kafka client
+
+Written by `{command}` (see the script's docstring for the method). One 2-core machine runs
+the broker, the worker and the raw loop; every rate is taken from broker append timestamps.
+
+## Throughput ({txns:,} transactions per run, raw loop and worker alternating)
+
+Median ratio worker / raw: **{statistics.median(ratios):.3f}** (min {ratios[0]:.3f}, max
+{ratios[-1]:.3f}).
+
+| pair | raw ev/s | worker ev/s | ratio | raw µs CPU/ev | worker µs CPU/ev | broker µs CPU/ev (raw) | broker µs CPU/ev (worker) |
+|---|---|---|---|---|---|---|---|
+{rows}
+
+![throughput per pair](benchmarks/throughput.png)
+
+## Latency at {load:.0%} load ({rate:,.0f} events/s)
+
+| path | p50 ms | p99 ms | max ms | records |
+|---|---|---|---|---|
+{lat}
+
+![latency CDF](benchmarks/latency_cdf.png)
+
+Per hop, from the worker's `fraudstream_hop_seconds` histograms (bucket upper bounds):
+
+| hop | p50 ms | p99 ms |
+|---|---|---|
+{hop_rows}
+
+![per-hop latency](benchmarks/hops.png)
+""")
