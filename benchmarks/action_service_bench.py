@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import random
 import shutil
 import signal
@@ -208,6 +209,14 @@ def _metric(port: int, name: str) -> float:
     return float("nan")
 
 
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    if pid is None:
+        return float("nan")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -294,6 +303,12 @@ def main() -> None:
             mixed["service"].pct(99) / mixed["bare"].pct(99),
         )
 
+        cpu = {"redis": _cpu_s(node.process.pid()), "service": _cpu_s(svc.pid),
+               "bare": _cpu_s(bare.pid)}
+        import redis as redis_client
+
+        stats = redis_client.Redis.from_url(node.settings.local_redis_url).info("commandstats")
+        evalsha = stats.get("cmdstat_evalsha", {})
         batches = _metric(svc_port, "action_service_apply_batch_size_count")
         batched = _metric(svc_port, "action_service_apply_batch_size_sum")
         rtt = _metric(svc_port, "action_service_redis_round_trip_seconds_sum")
@@ -310,6 +325,11 @@ def main() -> None:
                 f"  service: {batches:.0f} script calls, mean batch {batched / batches:.2f}, "
                 f"mean Redis round trip {1000 * rtt / max(rtt_n, 1):.2f} ms"
             )
+        print(
+            f"  CPU seconds over the whole run: redis {cpu['redis']:.1f}, service "
+            f"{cpu['service']:.1f}, bare {cpu['bare']:.1f}; EVALSHA in Redis "
+            f"{evalsha.get('usec_per_call', float('nan')):.0f} us per call"
+        )
     finally:
         for proc in procs:
             proc.terminate()
