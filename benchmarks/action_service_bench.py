@@ -224,6 +224,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4000, help="requests per run")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per concurrency")
     parser.add_argument("--max-seconds", type=float, default=30.0, help="time cap per run")
+    parser.add_argument("--lanes", type=int, default=None,
+                        help="FRAUDSTREAM_ACTION_APPLY_CONNECTIONS of the service (default: its own)")
     parser.add_argument("--py-spy", default=None, help="write a py-spy raw profile here")
     opts = parser.parse_args()
 
@@ -239,7 +241,8 @@ def main() -> None:
     )
     try:
         node.wait_ready()
-        settings = load_settings({}, redis_url=node.settings.local_redis_url, action_token=TOKEN)
+        settings = load_settings({}, redis_url=node.settings.local_redis_url, action_token=TOKEN,
+                                 action_apply_connections=opts.lanes)
         env = {**settings_environ(settings), "PYTHONPATH": str(ROOT)}
         svc = subprocess.Popen(  # noqa: S603
             [sys.executable, "-m", "app.cli.main", "action-service", "--port", str(svc_port)],

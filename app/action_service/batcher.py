@@ -53,7 +53,7 @@ class BatchObserver(Protocol):
     def batch_done(self, size: int, seconds: float) -> None: ...
 
 
-_Pending = tuple[Action, "asyncio.Future[ApplyResult]"]
+_Pending = tuple[Action, "asyncio.Future[ApplyResult]", "Callable[[], None] | None"]
 
 
 class ApplyBatcher:
@@ -79,12 +79,18 @@ class ApplyBatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    def submit(self, action: Action) -> asyncio.Future[ApplyResult]:
-        """Queue `action`; the future resolves when Redis has answered its batch."""
+    def submit(
+        self, action: Action, settled: Callable[[], None] | None = None
+    ) -> asyncio.Future[ApplyResult]:
+        """Queue `action`; the future resolves when Redis has answered its batch.
+
+        `settled` is called once Redis has answered (or the call failed), even if the future
+        was cancelled meanwhile: the moment the action can no longer be running.
+        """
         if self._closed:
             raise RuntimeError("the apply batcher is closed")
         future: asyncio.Future[ApplyResult] = asyncio.get_running_loop().create_future()
-        self._pending.append((action, future))
+        self._pending.append((action, future, settled))
         self._dispatch()
         return future
 
@@ -104,7 +110,7 @@ class ApplyBatcher:
         try:
             started = time.perf_counter()
             try:
-                reply = await self._call(conn, pack_call([a for a, _ in batch], self._limits))
+                reply = await self._call(conn, pack_call([p[0] for p in batch], self._limits))
                 results: list[Any] = parse_reply(reply, len(batch))
             except Exception as exc:  # every action of the batch shares the failure
                 logger.warning("apply batch failed size=%d error=%s", len(batch),
@@ -112,7 +118,9 @@ class ApplyBatcher:
                 results = [exc] * len(batch)
             if self._observer is not None:
                 self._observer.batch_done(len(batch), time.perf_counter() - started)
-            for (_, future), result in zip(batch, results, strict=True):
+            for (_, future, settled), result in zip(batch, results, strict=True):
+                if settled is not None:
+                    settled()
                 if future.done():
                     continue
                 if isinstance(result, BaseException):
@@ -144,7 +152,9 @@ class ApplyBatcher:
         if self._tasks:
             await asyncio.wait(set(self._tasks))
         while self._pending:
-            _, future = self._pending.popleft()
+            _, future, settled = self._pending.popleft()
+            if settled is not None:
+                settled()
             if not future.done():
                 future.set_exception(RedisConnectionError("the action service is shutting down"))
         for conn in self._all:

@@ -73,9 +73,7 @@ async def post_action(request: web.Request) -> web.Response:
     in_flight.add(key)
     # The key leaves the in-flight set when Redis has answered its batch, not earlier: even
     # if this handler is cancelled, a second request cannot slip in while the first may run.
-    pending = request.app[STORE].submit(action)
-    pending.add_done_callback(lambda _: in_flight.discard(key))
-    result = await asyncio.shield(pending)
+    result = await request.app[STORE].submit(action, lambda: in_flight.discard(key))
     if result.verdict == "created":
         body = render_result(action, result)
         metrics.child(metrics.effects, action.type, body["outcome"]).inc()

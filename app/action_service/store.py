@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -52,9 +53,12 @@ class ActionStore:
         """Unknown keys of actions decided this long ago (or longer) are refused with 410."""
         return self._limits.max_age_ms
 
-    def submit(self, action: Action) -> asyncio.Future[ApplyResult]:
-        """Queue one action; it goes with whatever else is pending as one script call."""
-        return self._batcher.submit(action)
+    def submit(
+        self, action: Action, settled: Callable[[], None] | None = None
+    ) -> asyncio.Future[ApplyResult]:
+        """Queue one action; it goes with whatever else is pending as one script call.
+        `settled` runs when Redis has answered that call (see `ApplyBatcher.submit`)."""
+        return self._batcher.submit(action, settled)
 
     async def apply(self, action: Action) -> ApplyResult:
         """Apply one action (`submit` and wait for Redis's answer)."""
