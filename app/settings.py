@@ -180,8 +180,18 @@ class Settings:
     )
     action_redis_max_connections: int = _env(
         "FRAUDSTREAM_ACTION_REDIS_MAX_CONNECTIONS",
-        "Action service: Redis connection pool size; requests beyond it wait for a connection.",
+        "Action service: Redis pool size for reads (GET routes, readyz); beyond it they wait.",
         64,
+    )
+    action_apply_connections: int = _env(
+        "FRAUDSTREAM_ACTION_APPLY_CONNECTIONS",
+        "Action service: dedicated Redis connections of the apply batcher (batches in flight).",
+        2,
+    )
+    action_apply_max_batch: int = _env(
+        "FRAUDSTREAM_ACTION_APPLY_MAX_BATCH",
+        "Action service: most actions the apply batcher sends in one script call.",
+        256,
     )
 
     @property

@@ -1,65 +1,53 @@
-"""Benchmark of the action service: HTTP throughput/latency and the Lua script's Redis cost.
+"""Benchmark of the action service against a bare aiohttp server, side by side in one run.
 
-Prints two ratios, each against a baseline measured in the same run:
+Everything runs on loopback and on a redis-server of its own (temporary directory, free port,
+AOF with `appendfsync always`), started here and stopped by its PID at the end:
 
-1. POST /v1/actions (new keys, the full path: auth, parse, Lua script in Redis) versus
-   POST /bench/noop on the SAME server process, which does the same auth and parsing and
-   answers 201 without touching Redis. Requests/s, p50 and p99 at bounded concurrency.
-2. The apply script via EVALSHA versus `redis-benchmark -t set`, both driven by
-   redis-benchmark against the same Redis server (ops/s).
+- the ceiling: a bare aiohttp server (one process, no middleware) whose only route reads the
+  body, parses it with orjson and answers 201 with a small JSON body;
+- the action service: `fraudstream action-service` (one process, production settings) on that
+  Redis.
 
-Everything runs on loopback. The Redis database given by --db (default 14) is FLUSHed
-before and after: do not point it at a database holding data you need.
+A closed-loop client (raw keep-alive HTTP/1.1 over asyncio streams, requests pre-built so the
+client stays light) sends each server the same requests at concurrency 8 and 32, alternating
+which server goes first each round. Printed figures are ratios service / bare of the same
+round (req/s and p99), then their median over the rounds. A third run at concurrency 32 mixes
+30 % replays of keys applied earlier and 5 % concurrent duplicates (the same new key sent on
+two connections at once).
 
-    python benchmarks/action_service_bench.py [--redis-url URL] [--requests 4000]
+    python benchmarks/action_service_bench.py [--requests 4000] [--rounds 3]
+        [--py-spy OUT.txt]   # also profile the service during its first c=32 run (py-spy)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
-import io
 import multiprocessing
+import os
+import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import aiohttp  # noqa: E402
-import redis  # noqa: E402
+import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from app.action_service.app import create_app  # noqa: E402
-from app.action_service.replies import error_reply, json_reply  # noqa: E402
-from app.action_service.store import apply_script_source  # noqa: E402
-from app.actions import Action, ActionError, make_action  # noqa: E402
-from app.settings import Settings, load_settings  # noqa: E402
+from app.actions import Action, make_action  # noqa: E402
+from app.settings import load_settings, settings_environ  # noqa: E402
+from app.stack.redis import RedisNode  # noqa: E402
 
 TOKEN = "bench-token"
-
-
-async def _noop(request: web.Request) -> web.Response:
-    """Same auth and parsing as POST /v1/actions, no Redis: the HTTP-only baseline."""
-    if request.headers.get("Authorization") != f"Bearer {TOKEN}":
-        return error_reply(401, "missing or wrong bearer token", "Authorization")
-    try:
-        action = Action.from_json(await request.read())
-    except ActionError as exc:
-        return error_reply(422, exc.reason, exc.field)
-    return json_reply({"idempotency_key": action.idempotency_key, "outcome": "noop"}, 201)
-
-
-def _serve(settings: Settings, port: int) -> None:
-    app = create_app(settings)
-    app.router.add_post("/bench/noop", _noop)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _free_port() -> int:
@@ -68,9 +56,32 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _with_db(url: str, db: int) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", ""))
+async def _bare(request: web.Request) -> web.Response:
+    """The ceiling: read and parse the JSON body, answer 201."""
+    body = orjson.loads(await request.read())
+    return web.Response(
+        body=orjson.dumps({"idempotency_key": body["idempotency_key"], "outcome": "noop"}),
+        status=201,
+        content_type="application/json",
+    )
+
+
+def _serve_bare(port: int) -> None:
+    app = web.Application()
+    app.router.add_post("/v1/actions", _bare)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def _wait_listening(port: int, alive: object, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline or not alive():  # type: ignore[operator]
+                raise SystemExit(f"server on port {port} did not start") from None
+            time.sleep(0.05)  # poll with a deadline
 
 
 def _actions(prefix: str, count: int) -> list[Action]:
@@ -89,186 +100,248 @@ def _actions(prefix: str, count: int) -> list[Action]:
     ]
 
 
-async def _load(
-    url: str, actions: list[Action], concurrency: int, max_s: float
-) -> dict[str, float]:
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    queue = list(reversed(actions))
+def _request(port: int, action: Action) -> bytes:
+    body = action.to_json()
+    head = (
+        f"POST /v1/actions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nIdempotency-Key: {action.idempotency_key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+@dataclass
+class Run:
+    """One closed-loop run: latencies (s), statuses, elapsed (s)."""
+
+    latencies: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies) / self.elapsed
+
+    def pct(self, q: int) -> float:
+        return statistics.quantiles(self.latencies, n=100)[q - 1] * 1000
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> int:
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    await reader.readexactly(length)
+    return status
+
+
+async def _load(port: int, jobs: list[list[bytes]], concurrency: int, max_s: float) -> Run:
+    """Each job is one request, or several sent at once on their own connections."""
+    run = Run()
+    queue = list(reversed(jobs))
+    width = max(len(job) for job in jobs)
     deadline = time.monotonic() + max_s
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker() -> None:
+    async def worker() -> None:
+        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(width)]
+        try:
             while queue and time.monotonic() < deadline:
-                action = queue.pop()
-                headers = {
-                    "Authorization": f"Bearer {TOKEN}",
-                    "Idempotency-Key": action.idempotency_key,
-                    "Content-Type": "application/json",
-                }
+                job = queue.pop()
                 started = time.perf_counter()
-                async with session.post(url, data=action.to_json(), headers=headers) as response:
-                    await response.read()
-                latencies.append(time.perf_counter() - started)
-                statuses[response.status] = statuses.get(response.status, 0) + 1
+                if len(job) == 1:
+                    statuses = [await _exchange(*conns[0], job[0])]
+                else:
+                    statuses = await asyncio.gather(
+                        *(_exchange(*conns[i], req) for i, req in enumerate(job))
+                    )
+                elapsed = time.perf_counter() - started
+                for status in statuses:
+                    run.latencies.append(elapsed)
+                    run.statuses[status] = run.statuses.get(status, 0) + 1
+        finally:
+            for _, writer in conns:
+                writer.close()
 
-        began = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - began
-    cuts = statistics.quantiles(latencies, n=100)
-    return {
-        "requests": len(latencies),
-        "rps": len(latencies) / elapsed,
-        "p50_ms": cuts[49] * 1000,
-        "p99_ms": cuts[98] * 1000,
-        "ok": statuses.get(201, 0),
-    }
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    run.elapsed = time.perf_counter() - began
+    return run
 
 
-def _redis_benchmark(host: str, port: int, db: int, count: int, args: list[str]) -> float:
-    cmd = [
-        "redis-benchmark",
-        "-h",
-        host,
-        "-p",
-        str(port),
-        "--dbnum",
-        str(db),
-        "-c",
-        "32",
-        "-n",
-        str(count),
-        "-r",
-        "100000000",
-        "--csv",
-        *args,
-    ]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
-    rows = [row for row in csv.reader(io.StringIO(out)) if row and row[0] != "test"]
-    return float(rows[-1][1])
+def _line(name: str, run: Run) -> str:
+    codes = " ".join(f"{k}:{v}" for k, v in sorted(run.statuses.items()))
+    return (
+        f"  {name:9s} {len(run.latencies):6d} req {run.rps:8.0f} req/s  p50 {run.pct(50):6.2f} ms"
+        f"  p99 {run.pct(99):6.2f} ms  [{codes}]"
+    )
+
+
+def _mixed_jobs(
+    port: int, fresh: list[Action], applied: list[Action], rng: random.Random
+) -> list[list[bytes]]:
+    """30 % replays of applied keys, 5 % concurrent duplicates, the rest new keys."""
+    jobs: list[list[bytes]] = []
+    fresh_iter = iter(fresh)
+    for _ in range(len(fresh)):
+        roll = rng.random()
+        if roll < 0.30:
+            jobs.append([_request(port, rng.choice(applied))])
+        elif roll < 0.35:
+            req = _request(port, next(fresh_iter))
+            jobs.append([req, req])
+        else:
+            jobs.append([_request(port, next(fresh_iter))])
+    return jobs
+
+
+def _metric(port: int, name: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return float("nan")
+
+
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    if pid is None:
+        return float("nan")
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--redis-url", default=None, help="default: REDIS_URL or the local stack")
-    parser.add_argument("--db", type=int, default=14, help="Redis DB used and FLUSHed (default 14)")
-    parser.add_argument("--requests", type=int, default=4000, help="HTTP requests per run")
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--max-seconds", type=float, default=60.0, help="time cap per HTTP run")
-    parser.add_argument("--redis-ops", type=int, default=100_000, help="redis-benchmark requests")
+    parser.add_argument("--requests", type=int, default=4000, help="requests per run")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per concurrency")
+    parser.add_argument("--max-seconds", type=float, default=30.0, help="time cap per run")
+    parser.add_argument("--lanes", type=int, default=None,
+                        help="FRAUDSTREAM_ACTION_APPLY_CONNECTIONS of the service (default: its own)")
+    parser.add_argument("--py-spy", default=None, help="write a py-spy raw profile here")
     opts = parser.parse_args()
 
-    base = load_settings()
-    url = _with_db(opts.redis_url or base.effective_redis_url, opts.db)
-    settings = base.replace(redis_url=url, action_token=TOKEN)
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    port = _free_port()
-    server = multiprocessing.get_context("spawn").Process(
-        target=_serve, args=(settings, port), daemon=True
+    tmp = Path(tempfile.mkdtemp(prefix="action-bench-"))
+    node = RedisNode(
+        load_settings({}, state_dir=tmp, redis_port=_free_port(), redis_appendfsync="always")
     )
-    server.start()
+    node.start()
+    procs: list[subprocess.Popen[bytes]] = []
+    bare_port, svc_port = _free_port(), _free_port()
+    bare = multiprocessing.get_context("spawn").Process(
+        target=_serve_bare, args=(bare_port,), daemon=True
+    )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or not server.is_alive():
-                    raise SystemExit("bench server did not start") from None
-                time.sleep(0.05)
-        root = f"http://127.0.0.1:{port}"
-        asyncio.run(_load(f"{root}/bench/noop", _actions("warm", 300), opts.concurrency, 10))
-        asyncio.run(_load(f"{root}/v1/actions", _actions("warm", 300), opts.concurrency, 10))
-        noop = asyncio.run(
-            _load(
-                f"{root}/bench/noop",
-                _actions("noop", opts.requests),
-                opts.concurrency,
-                opts.max_seconds,
-            )
+        node.wait_ready()
+        settings = load_settings({}, redis_url=node.settings.local_redis_url, action_token=TOKEN,
+                                 action_apply_connections=opts.lanes)
+        env = {**settings_environ(settings), "PYTHONPATH": str(ROOT)}
+        svc = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "app.cli.main", "action-service", "--port", str(svc_port)],
+            env=env,
+            cwd=ROOT,
         )
-        real = asyncio.run(
-            _load(
-                f"{root}/v1/actions",
-                _actions("real", opts.requests),
-                opts.concurrency,
-                opts.max_seconds,
+        procs.append(svc)
+        bare.start()
+        _wait_listening(svc_port, lambda: svc.poll() is None)
+        _wait_listening(bare_port, bare.is_alive)
+        ports = {"bare": bare_port, "service": svc_port}
+        warm = _actions("warm", 500)
+        for port in ports.values():
+            asyncio.run(_load(port, [[_request(port, a)] for a in warm], 8, 10))
+
+        applied: list[Action] = list(warm)
+        ratios: dict[int, list[tuple[float, float]]] = {}
+        for concurrency in (8, 32):
+            print(f"concurrency {concurrency} (new keys), {opts.requests} requests per run")
+            for rnd in range(opts.rounds):
+                acts = _actions(f"c{concurrency}r{rnd}", opts.requests)
+                order = ["bare", "service"] if rnd % 2 == 0 else ["service", "bare"]
+                runs: dict[str, Run] = {}
+                for name in order:
+                    port = ports[name]
+                    jobs = [[_request(port, a)] for a in acts]
+                    spy = None
+                    if name == "service" and concurrency == 32 and rnd == 0 and opts.py_spy:
+                        spy = subprocess.Popen(  # noqa: S603
+                            ["py-spy", "record", "--native", "--format", "raw", "--rate", "250",
+                             "--pid", str(svc.pid), "-o", opts.py_spy],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        )
+                        time.sleep(1.0)  # let py-spy attach before the load starts
+                    runs[name] = asyncio.run(_load(port, jobs, concurrency, opts.max_seconds))
+                    if spy is not None:
+                        spy.send_signal(signal.SIGINT)
+                        spy.wait(timeout=60)
+                applied.extend(acts)
+                for name in ("bare", "service"):
+                    print(_line(f"{name}", runs[name]))
+                pair = (
+                    runs["service"].rps / runs["bare"].rps,
+                    runs["service"].pct(99) / runs["bare"].pct(99),
+                )
+                ratios.setdefault(concurrency, []).append(pair)
+                print(f"  round {rnd}: ratio service/bare req/s {pair[0]:.2f}x, p99 {pair[1]:.2f}x")
+
+        rng = random.Random(13)
+        fresh = _actions("mixed", opts.requests)
+        mixed: dict[str, Run] = {}
+        for name in ("bare", "service"):
+            rng.seed(13)
+            jobs = _mixed_jobs(ports[name], fresh, applied, rng)
+            mixed[name] = asyncio.run(_load(ports[name], jobs, 32, opts.max_seconds))
+        print("concurrency 32, mixed: 30 % replays, 5 % concurrent duplicates")
+        for name in ("bare", "service"):
+            print(_line(name, mixed[name]))
+        mixed_ratio = (
+            mixed["service"].rps / mixed["bare"].rps,
+            mixed["service"].pct(99) / mixed["bare"].pct(99),
+        )
+
+        cpu = {"redis": _cpu_s(node.process.pid()), "service": _cpu_s(svc.pid),
+               "bare": _cpu_s(bare.pid)}
+        import redis as redis_client
+
+        stats = redis_client.Redis.from_url(node.settings.local_redis_url).info("commandstats")
+        evalsha = stats.get("cmdstat_evalsha", {})
+        batches = _metric(svc_port, "action_service_apply_batch_size_count")
+        batched = _metric(svc_port, "action_service_apply_batch_size_sum")
+        rtt = _metric(svc_port, "action_service_redis_round_trip_seconds_sum")
+        rtt_n = _metric(svc_port, "action_service_redis_round_trip_seconds_count")
+        print("summary (median over rounds of service / bare in the same round)")
+        for concurrency, pairs in ratios.items():
+            print(
+                f"  c={concurrency:<3d} req/s {statistics.median(p[0] for p in pairs):.2f}x"
+                f"   p99 {statistics.median(p[1] for p in pairs):.2f}x"
             )
+        print(f"  mixed  req/s {mixed_ratio[0]:.2f}x   p99 {mixed_ratio[1]:.2f}x")
+        if batches == batches and batches > 0:
+            print(
+                f"  service: {batches:.0f} script calls, mean batch {batched / batches:.2f}, "
+                f"mean Redis round trip {1000 * rtt / max(rtt_n, 1):.2f} ms"
+            )
+        print(
+            f"  CPU seconds over the whole run: redis {cpu['redis']:.1f}, service "
+            f"{cpu['service']:.1f}, bare {cpu['bare']:.1f}; EVALSHA in Redis "
+            f"{evalsha.get('usec_per_call', float('nan')):.0f} us per call"
         )
     finally:
-        server.terminate()
-        server.join(timeout=15)
-
-    print(f"HTTP, concurrency {opts.concurrency}, loopback, one server process")
-    for name, run in (("POST /bench/noop (no Redis)", noop), ("POST /v1/actions (new keys)", real)):
-        print(
-            f"  {name:30s} {run['requests']:6.0f} req  {run['rps']:8.0f} req/s  "
-            f"p50 {run['p50_ms']:6.2f} ms  p99 {run['p99_ms']:6.2f} ms  201s {run['ok']:.0f}"
-        )
-    print(
-        f"  ratio /v1/actions / noop: throughput {real['rps'] / noop['rps']:.2f}x, "
-        f"p50 {real['p50_ms'] / noop['p50_ms']:.2f}x, p99 {real['p99_ms'] / noop['p99_ms']:.2f}x"
-    )
-
-    if shutil.which("redis-benchmark") is None:
-        print("redis-benchmark not found: Lua ratio skipped")
-        return
-    host, rport = (
-        client.connection_pool.connection_kwargs["host"],
-        client.connection_pool.connection_kwargs["port"],
-    )
-    sha = client.script_load(apply_script_source())
-    now = str(time.time_ns() // 1_000_000)
-    ttl, max_age, margin = (
-        str(settings.idempotency_ttl_s * 1000),
-        str((settings.idempotency_ttl_s - settings.idempotency_margin_s) * 1000),
-        str(settings.idempotency_margin_s * 1000),
-    )
-
-    def evalsha(action_type: str) -> list[str]:
-        return [
-            "EVALSHA",
-            sha,
-            "5",
-            "idem:__rand_int__",
-            "card:__rand_int__",
-            "card:__rand_int__:alerts",
-            "effects",
-            "alerts",
-            "key",
-            "fp",
-            action_type,
-            "card",
-            "txn",
-            now,
-            "0.9",
-            "bench",
-            now,
-            ttl,
-            max_age,
-            margin,
-            "100",
-            "bench reason",
-        ]
-
-    set_ops = _redis_benchmark(host, rport, opts.db, opts.redis_ops, ["-t", "set"])
-    freeze_ops = _redis_benchmark(host, rport, opts.db, opts.redis_ops, evalsha("freeze_card"))
-    alert_ops = _redis_benchmark(host, rport, opts.db, opts.redis_ops, evalsha("alert_customer"))
-    client.flushdb()
-    client.close()
-    print(f"Redis ({opts.redis_ops} requests each, 32 clients, redis-benchmark)")
-    print(f"  SET                        {set_ops:10.0f} ops/s")
-    print(
-        f"  apply script freeze_card   {freeze_ops:10.0f} ops/s   ratio to SET {freeze_ops / set_ops:.2f}x"
-    )
-    print(
-        f"  apply script alert_customer{alert_ops:10.0f} ops/s   ratio to SET {alert_ops / set_ops:.2f}x"
-    )
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
+        if bare.is_alive():
+            bare.terminate()
+            bare.join(timeout=20)
+        node.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,8 @@ def default_redis_client(settings: Settings) -> Redis:
 
     The pool blocks (up to the timeout) instead of failing when every connection is busy,
     so a burst queues rather than turning into 503s. One quick retry covers a pooled
-    connection that died with a Redis restart; re-running the apply script is safe because
-    the key makes a repeat a replay.
+    connection that died with a Redis restart (reads only: the apply batcher's dedicated
+    connections are built from this pool's options but send each script call once).
     """
     timeout = settings.action_redis_timeout_s
     pool = BlockingConnectionPool.from_url(
@@ -81,6 +81,9 @@ def create_app(
             ttl_ms=settings.idempotency_ttl_s * 1000,
             margin_ms=settings.idempotency_margin_s * 1000,
             alerts_per_card=settings.action_alerts_per_card,
+            apply_connections=settings.action_apply_connections,
+            apply_max_batch=settings.action_apply_max_batch,
+            observer=app[METRICS],
         )
         logger.info(
             "action service ready ttl_s=%d margin_s=%d",
@@ -90,6 +93,7 @@ def create_app(
         try:
             yield
         finally:
+            await app[STORE].aclose()
             await client.aclose()
             logger.info("action service stopped; redis client closed")
 
@@ -122,8 +126,8 @@ async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse
         logger.exception("unhandled error route=%s method=%s", route, request.method)
         response = error_reply(500, "internal error", None)
     elapsed = time.perf_counter() - started
-    metrics.requests.labels(route, method, str(response.status)).inc()
-    metrics.latency.labels(route, method).observe(elapsed)
+    metrics.child(metrics.requests, route, method, str(response.status)).inc()
+    metrics.child(metrics.latency, route, method).observe(elapsed)
     logger.debug(
         "request route=%s method=%s status=%d ms=%.2f",
         route,

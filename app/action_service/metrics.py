@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
 class ServiceMetrics:
-    """Counters and the latency histogram; one registry per app so tests can build many."""
+    """Counters and histograms; one registry per app so tests can build many.
+
+    Label children are looked up once and cached (`child`): `labels()` costs a lock and a
+    tuple build on every call, which shows on the per-request path.
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -57,6 +64,33 @@ class ServiceMetrics:
             "Requests answered 503 because Redis could not be reached.",
             registry=r,
         )
+
+        self.apply_batch_size = Histogram(
+            "action_service_apply_batch_size",
+            "Actions per apply script call (the apply batcher's batch size).",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.redis_round_trip = Histogram(
+            "action_service_redis_round_trip_seconds",
+            "Time of one apply script call: send, run in Redis, reply read.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """`metric.labels(*labels)`, cached."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+    def batch_done(self, size: int, seconds: float) -> None:
+        """One apply script call of `size` actions took `seconds` (the batcher's observer)."""
+        self.apply_batch_size.observe(size)
+        self.redis_round_trip.observe(seconds)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

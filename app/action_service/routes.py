@@ -66,18 +66,17 @@ async def post_action(request: web.Request) -> web.Response:
     in_flight = request.app[IN_FLIGHT]
     key = action.idempotency_key
     if key in in_flight:
-        metrics.conflicts.labels("in_flight").inc()
+        metrics.child(metrics.conflicts, "in_flight").inc()
         return error_reply(
             409, "a request with this Idempotency-Key is in flight", "idempotency_key"
         )
     in_flight.add(key)
-    try:
-        result = await request.app[STORE].apply(action)
-    finally:
-        in_flight.discard(key)
+    # The key leaves the in-flight set when Redis has answered its batch, not earlier: even
+    # if this handler is cancelled, a second request cannot slip in while the first may run.
+    result = await request.app[STORE].submit(action, lambda: in_flight.discard(key))
     if result.verdict == "created":
         body = render_result(action, result)
-        metrics.effects.labels(action.type, body["outcome"]).inc()
+        metrics.child(metrics.effects, action.type, body["outcome"]).inc()
         logger.info(
             "action applied key=%s type=%s card_id=%s outcome=%s effect_id=%s",
             key,
@@ -88,11 +87,11 @@ async def post_action(request: web.Request) -> web.Response:
         )
         return json_reply(body, 201, {"Location": f"/v1/actions/{key}"})
     if result.verdict == "replay":
-        metrics.replays.labels(action.type).inc()
+        metrics.child(metrics.replays, action.type).inc()
         logger.info("action replay absorbed key=%s type=%s", key, action.type)
         return json_reply(render_result(action, result), 200, {"Idempotent-Replayed": "true"})
     if result.verdict == "mismatch":
-        metrics.conflicts.labels("payload_mismatch").inc()
+        metrics.child(metrics.conflicts, "payload_mismatch").inc()
         return error_reply(
             422,
             "idempotency_key: already used for a different action "

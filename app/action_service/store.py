@@ -1,114 +1,72 @@
-"""The Redis side of the action service: key names, the atomic apply script and read views."""
+"""The Redis side of the action service: applying actions (through the batcher) and read views."""
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-from importlib import resources
-from typing import Any, Final, Literal
+import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 
+from app.action_service.apply_script import ApplyResult, ScriptLimits
+from app.action_service.batcher import ApplyBatcher, BatchObserver, ScriptConnection
+from app.action_service.redis_keys import card_alerts_key, card_key, idem_key
 from app.actions.action import Action
-from app.actions.key import action_fingerprint
-
-#: Stream with one entry per key answered 201: the ledger that proves "exactly once".
-EFFECTS_STREAM: Final = "effects"
-#: Stream of queued customer alerts, for a notifier to consume.
-ALERTS_STREAM: Final = "alerts"
-#: Hash of durable counters; field `replays` counts redeliveries absorbed (answered 200 replayed).
-STATS_KEY: Final = "stats"
-
-Verdict = Literal["created", "replay", "mismatch", "gone", "future"]
-_VERDICTS: Final = frozenset(("created", "replay", "mismatch", "gone", "future"))
-
-
-def idem_key(key: str) -> str:
-    """Redis hash holding an idempotency key's record (expires after the key TTL)."""
-    return f"idem:{key}"
-
-
-def card_key(card_id: str) -> str:
-    """Redis hash holding a card's status (status, frozen_at_ms, reason, ...)."""
-    return f"card:{card_id}"
-
-
-def card_alerts_key(card_id: str) -> str:
-    """Redis list of a card's newest alerts (JSON objects), oldest first."""
-    return f"card:{card_id}:alerts"
-
-
-@functools.cache
-def apply_script_source() -> str:
-    """Text of the Lua script that records a key and applies its effect atomically."""
-    return resources.files("app.action_service").joinpath("apply_action.lua").read_text("utf-8")
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
-    """What the apply script decided and the server time it used; for created and replay
-    also the key's stored outcome, applied_at_ms and effect_id."""
-
-    verdict: Verdict
-    now_ms: int
-    outcome: str | None = None
-    applied_at_ms: int | None = None
-    effect_id: str | None = None
 
 
 class ActionStore:
     """Applies actions and reads records and cards; every write goes through one Lua script."""
 
-    def __init__(self, redis: Redis, *, ttl_ms: int, margin_ms: int, alerts_per_card: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        ttl_ms: int,
+        margin_ms: int,
+        alerts_per_card: int,
+        apply_connections: int = 2,
+        apply_max_batch: int = 256,
+        observer: BatchObserver | None = None,
+    ) -> None:
         if ttl_ms <= 0 or margin_ms < 0 or margin_ms >= ttl_ms:
             raise ValueError(f"need 0 <= margin < ttl, got ttl_ms={ttl_ms} margin_ms={margin_ms}")
         if alerts_per_card < 1:
             raise ValueError(f"alerts_per_card must be >= 1, got {alerts_per_card}")
         self._redis = redis
-        self._ttl_ms = ttl_ms
-        self._margin_ms = margin_ms
-        self._alerts_per_card = alerts_per_card
-        self._apply = redis.register_script(apply_script_source())
+        self._limits = ScriptLimits(ttl_ms, ttl_ms - margin_ms, margin_ms, alerts_per_card)
+        self._batcher = ApplyBatcher(
+            self._dedicated_connection,
+            self._limits,
+            lanes=apply_connections,
+            max_batch=apply_max_batch,
+            observer=observer,
+        )
+
+    def _dedicated_connection(self) -> ScriptConnection:
+        """A connection of the client's kind and options, outside its pool (connects lazily)."""
+        pool = self._redis.connection_pool
+        return pool.connection_class(**pool.connection_kwargs)  # type: ignore[no-any-return]
 
     @property
     def max_age_ms(self) -> int:
         """Unknown keys of actions decided this long ago (or longer) are refused with 410."""
-        return self._ttl_ms - self._margin_ms
+        return self._limits.max_age_ms
+
+    def submit(
+        self, action: Action, settled: Callable[[], None] | None = None
+    ) -> asyncio.Future[ApplyResult]:
+        """Queue one action; it goes with whatever else is pending as one script call.
+        `settled` runs when Redis has answered that call (see `ApplyBatcher.submit`)."""
+        return self._batcher.submit(action, settled)
 
     async def apply(self, action: Action) -> ApplyResult:
-        """Run the apply script for one action (one round trip, atomic in Redis)."""
-        keys = [
-            idem_key(action.idempotency_key),
-            card_key(action.card_id),
-            card_alerts_key(action.card_id),
-            EFFECTS_STREAM,
-            ALERTS_STREAM,
-            STATS_KEY,
-        ]
-        args = [
-            action.idempotency_key,
-            action_fingerprint(action),
-            action.type,
-            action.card_id,
-            action.txn_id,
-            action.ts_ms,
-            repr(action.score),
-            action.model_version,
-            action.decided_at_ms,
-            self._ttl_ms,
-            self.max_age_ms,
-            self._margin_ms,
-            self._alerts_per_card,
-            f"freeze_card by model {action.model_version} (score {action.score:.6g})",
-        ]
-        reply = await self._apply(keys=keys, args=args)
-        verdict, now_ms = reply[0], int(reply[1])
-        if verdict not in _VERDICTS:
-            raise RuntimeError(f"apply script returned an unknown verdict {verdict!r}")
-        if verdict in ("created", "replay"):
-            return ApplyResult(verdict, now_ms, reply[2], int(reply[3]), reply[4])
-        return ApplyResult(verdict, now_ms)
+        """Apply one action (`submit` and wait for Redis's answer)."""
+        return await self._batcher.submit(action)
+
+    async def aclose(self) -> None:
+        """Finish the batches in flight and close the dedicated connections."""
+        await self._batcher.close()
 
     async def record(self, key: str) -> tuple[dict[str, str], int] | None:
         """A key's stored record and its remaining lifetime in ms, or None if unknown."""

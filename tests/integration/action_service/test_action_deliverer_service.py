@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from app.action_service.store import EFFECTS_STREAM
+from app.action_service.redis_keys import EFFECTS_STREAM
 from app.actions.delivery import ActionDeliverer, Delivered, Rejected
 from app.settings import load_settings
 

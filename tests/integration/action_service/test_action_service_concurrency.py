@@ -10,7 +10,7 @@ from aiohttp import ClientSession, TCPConnector
 from aiohttp.test_utils import TestServer
 
 from app.action_service.app import create_app
-from app.action_service.store import EFFECTS_STREAM, card_key
+from app.action_service.redis_keys import EFFECTS_STREAM, card_key
 
 pytestmark = pytest.mark.integration
 

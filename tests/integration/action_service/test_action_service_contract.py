@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.action_service.store import ALERTS_STREAM, EFFECTS_STREAM, card_key, idem_key
+from app.action_service.redis_keys import ALERTS_STREAM, EFFECTS_STREAM, card_key, idem_key
 
 pytestmark = pytest.mark.integration
 

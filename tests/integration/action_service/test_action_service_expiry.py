@@ -9,7 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from app.action_service.app import create_app
-from app.action_service.store import EFFECTS_STREAM, idem_key
+from app.action_service.redis_keys import EFFECTS_STREAM, idem_key
 
 pytestmark = pytest.mark.integration
 

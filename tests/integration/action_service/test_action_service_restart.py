@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from app.action_service.store import EFFECTS_STREAM
+from app.action_service.redis_keys import EFFECTS_STREAM
 from app.actions.delivery import ActionDeliverer, Delivered
 from app.settings import load_settings
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from redis.asyncio import ConnectionPool
 
 from app.action_service.app import create_app
 from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS
-from app.action_service.store import ActionStore, apply_script_source, render_card
+from app.action_service.apply_script import apply_script_source
+from app.action_service.store import ActionStore, render_card
 from app.settings import load_settings
 
 
@@ -41,8 +43,9 @@ def test_two_apps_have_independent_metrics():
 
 
 class _NoRedis:
-    def register_script(self, source: str) -> object:
-        return object()
+    """Only a pool to copy connection options from; nothing connects."""
+
+    connection_pool = ConnectionPool.from_url("redis://127.0.0.1:1/0")
 
 
 @pytest.mark.parametrize(
@@ -62,25 +65,24 @@ def test_script_checks_everything_before_its_first_write():
     lines = apply_script_source().splitlines()
     assert lines[0] == "#!lua"
     code = [line.split("--")[0] for line in lines]
-    # The replay branch's only write is its durable replay counter (KEYS[6]), made after that
+    # All per-action logic is in apply_one; the batch loop after it only calls it.
+    body = code.index("local function apply_one(k, a)")
+    loop = code.index("local reply = {now_ms}")
+    # The replay branch's only write is its durable replay counter (stats), made after that
     # branch's own fingerprint check; every effect-bearing write comes after all the checks.
-    writes = [
-        i
-        for i, line in enumerate(code)
-        if "KEYS[6]" not in line and any(
-            w in line for w in ("'HSET'", "'XADD'", "'RPUSH'", "'LTRIM'", "'HINCRBY'", "'PEXPIRE'")
-        )
-    ]
+    verbs = ("'HSET'", "'XADD'", "'RPUSH'", "'LTRIM'", "'HINCRBY'", "'PEXPIRE'")
+    writes = [i for i, line in enumerate(code)
+              if "stats" not in line and any(w in line for w in verbs)]
     checks = [
         i
         for i, line in enumerate(code)
-        if "return {'gone'" in line
-        or "return {'future'" in line
-        or "return {'mismatch'" in line
-        or "expect_type(pair" in line
+        if "return 'gone'" in line
+        or "return 'future'" in line
+        or "return 'mismatch'" in line
+        or "wrong_type(pair" in line
     ]
-    assert writes and checks
-    assert max(checks) < min(writes)
+    assert len(checks) == 4 and writes
+    assert body < min(checks) and max(checks) < min(writes) and max(writes) < loop
 
 
 def test_card_view_of_an_unknown_card():

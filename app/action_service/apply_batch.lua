@@ -1,0 +1,127 @@
+#!lua
+-- Record a batch of idempotency keys and apply their effects, action by action, in one atomic
+-- script call (see docs/action-service.md). The service's apply batcher sends everything pending
+-- as one call; a batch of one is the low-load case.
+--
+-- KEYS: 1 effects (stream)  2 alerts (stream)  3 stats (hash of durable counters), then three per
+--       action i (i = 0..n-1): 4+3i idem:<key> (hash)  5+3i card:<card_id> (hash)
+--       6+3i card:<card_id>:alerts (list)
+-- ARGV: 1 ttl_ms  2 max_age_ms (ttl - margin)  3 max_skew_ms (margin)  4 alerts kept per card,
+--       then ten per action i: 5+10i idempotency_key, fingerprint, type, card_id, txn_id, ts_ms,
+--       score, model_version, decided_at_ms, freeze reason
+-- Returns {now_ms, then four per action: verdict, outcome, applied_at_ms, effect_id}. verdict is
+-- created | replay | mismatch | gone | future | error; outcome, applied_at_ms and effect_id are
+-- the key's record for created and replay, '' otherwise; for error, outcome is the message.
+--
+-- `apply_one` is the only per-action logic. Every check in it comes before its first write, so
+-- a refused action writes nothing, and a created one writes the effect, its `effects` entry and
+-- the key record together. Actions of one batch run one after the other, in the order sent.
+
+local effects, alerts, stats = KEYS[1], KEYS[2], KEYS[3]
+local ttl_ms, max_age, max_skew, alerts_kept = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
+  tonumber(ARGV[4])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_ms = string.format('%d', now)
+
+local function wrong_type(name, wanted)
+  local found = redis.call('TYPE', name)['ok']
+  if found ~= 'none' and found ~= wanted then
+    return 'WRONGTYPE ' .. name .. ' is a ' .. found .. ', expected ' .. wanted
+  end
+  return nil
+end
+
+-- One action: k = 3 key names (idem, card, card alerts), a = 10 arguments (see ARGV above).
+-- Returns verdict, outcome, applied_at_ms, effect_id.
+local function apply_one(k, a)
+  local idem, card, card_alerts = k[1], k[2], k[3]
+  local key, fingerprint, action_type, card_id, txn_id = a[1], a[2], a[3], a[4], a[5]
+  local ts_ms, score, model_version, decided_at_ms, reason = a[6], a[7], a[8], a[9], a[10]
+
+  local bad = wrong_type(idem, 'hash')
+  if bad then return 'error', bad, '', '' end
+
+  -- A known key answers from its record, whatever the action's age: a replay is harmless.
+  -- (Every record has a fingerprint, so a missing one means a missing key.)
+  local known = redis.call('HMGET', idem, 'fingerprint', 'outcome', 'applied_at_ms', 'effect_id')
+  if known[1] then
+    if known[1] ~= fingerprint then
+      return 'mismatch', '', '', ''
+    end
+    -- counted in Redis, not only in the process, so it survives service restarts
+    redis.call('HINCRBY', stats, 'replays', 1)
+    return 'replay', known[2], known[3], known[4]
+  end
+
+  -- Unknown key: refuse actions old enough that their key may already have expired (they
+  -- could fire a second time), and actions from too far in the future (they would stretch
+  -- that window). Both use this server's clock, so the rule cannot disagree with the TTL.
+  local decided = tonumber(decided_at_ms)
+  if now - decided >= max_age then
+    return 'gone', '', '', ''
+  end
+  if decided - now > max_skew then
+    return 'future', '', '', ''
+  end
+
+  if action_type ~= 'freeze_card' and action_type ~= 'alert_customer' then
+    return 'error', 'ERR unknown action type', '', ''
+  end
+  for _, pair in ipairs({{card, 'hash'}, {card_alerts, 'list'}, {effects, 'stream'}, {alerts, 'stream'}}) do
+    bad = wrong_type(pair[1], pair[2])
+    if bad then return 'error', bad, '', '' end
+  end
+
+  local outcome
+  if action_type == 'freeze_card' then
+    if redis.call('HGET', card, 'status') == 'frozen' then
+      outcome = 'already_frozen' -- the card stays as it is; the key still counts as applied
+    else
+      redis.call('HSET', card, 'status', 'frozen', 'frozen_at_ms', now_ms, 'reason', reason,
+        'txn_id', txn_id, 'idempotency_key', key, 'score', score, 'model_version', model_version)
+      outcome = 'frozen'
+    end
+  else
+    local alert_id = redis.call('XADD', alerts, '*', 'idempotency_key', key, 'card_id', card_id,
+      'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score, 'model_version', model_version,
+      'queued_at_ms', now_ms)
+    redis.call('RPUSH', card_alerts, cjson.encode({alert_id = alert_id, txn_id = txn_id,
+      idempotency_key = key, ts_ms = ts_ms, score = score, model_version = model_version,
+      queued_at_ms = now_ms}))
+    redis.call('LTRIM', card_alerts, -alerts_kept, -1)
+    redis.call('HINCRBY', card, 'alerts_total', 1)
+    outcome = 'alert_queued'
+  end
+
+  local effect_id = redis.call('XADD', effects, '*', 'type', action_type, 'idempotency_key', key,
+    'card_id', card_id, 'txn_id', txn_id, 'applied_at_ms', now_ms, 'outcome', outcome)
+  redis.call('HSET', idem, 'idempotency_key', key, 'fingerprint', fingerprint,
+    'type', action_type, 'card_id', card_id, 'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score,
+    'model_version', model_version, 'decided_at_ms', decided_at_ms, 'outcome', outcome,
+    'applied_at_ms', now_ms, 'effect_id', effect_id)
+  redis.call('PEXPIRE', idem, ttl_ms)
+  return 'created', outcome, now_ms, effect_id
+end
+
+local reply = {now_ms}
+local n = (#KEYS - 3) / 3
+for i = 0, n - 1 do
+  local ki, ai = 3 + 3 * i, 4 + 10 * i
+  -- pcall: an unexpected error in one action answers that action, never its neighbours
+  local ok, verdict, outcome, applied_at, effect_id = pcall(apply_one,
+    {KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3]},
+    {ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6],
+     ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9], ARGV[ai + 10]})
+  if not ok then
+    local message = verdict
+    if type(message) == 'table' then message = message['err'] end
+    verdict, outcome, applied_at, effect_id = 'error', tostring(message), '', ''
+  end
+  reply[#reply + 1] = verdict
+  reply[#reply + 1] = outcome
+  reply[#reply + 1] = applied_at
+  reply[#reply + 1] = effect_id
+end
+return reply

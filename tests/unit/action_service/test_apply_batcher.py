@@ -1,0 +1,193 @@
+"""The apply script's call/reply codec and the batcher's scheduling, with a fake connection."""
+
+from __future__ import annotations
+
+import asyncio
+
+import hiredis
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+
+from app.action_service.apply_script import (
+    ApplyResult,
+    ScriptActionError,
+    ScriptLimits,
+    apply_script_sha,
+    pack_call,
+    parse_reply,
+)
+from app.action_service.batcher import ApplyBatcher
+from app.actions import Action, make_action
+
+LIMITS = ScriptLimits(ttl_ms=86_400_000, max_age_ms=82_800_000, margin_ms=3_600_000,
+                      alerts_per_card=100)
+
+
+def _action(i: int, card: str = "card-1") -> Action:
+    return make_action("freeze_card" if i % 2 else "alert_customer", card_id=card,
+                       txn_id=f"txn-{i}", ts_ms=1_718_000_000_000, score=0.9,
+                       model_version="m-1", decided_at_ms=1_718_000_000_000)
+
+
+def _unpack(packed: bytes) -> list[str]:
+    reader = hiredis.Reader(encoding="utf-8")
+    reader.feed(packed)
+    return reader.gets()  # a command is a RESP array of bulk strings
+
+
+def test_pack_call_lays_out_shared_then_per_action_keys_and_args():
+    a, b = _action(1, "c-a"), _action(2, "c-b")
+    cmd = _unpack(pack_call([a, b], LIMITS))
+    assert cmd[:3] == ["EVALSHA", apply_script_sha(), "9"]
+    keys, args = cmd[3:12], cmd[12:]
+    assert keys == ["effects", "alerts", "stats", f"idem:{a.idempotency_key}", "card:c-a",
+                    "card:c-a:alerts", f"idem:{b.idempotency_key}", "card:c-b", "card:c-b:alerts"]
+    assert args[:4] == ["86400000", "82800000", "3600000", "100"]
+    assert len(args) == 4 + 2 * 10
+    assert args[4] == a.idempotency_key and args[14] == b.idempotency_key
+    assert args[6:10] == ["freeze_card", "c-a", "txn-1", "1718000000000"]
+    assert args[13] == "freeze_card by model m-1 (score 0.9)"
+
+
+def test_parse_reply_gives_one_result_per_action():
+    reply = ["1718000000042",
+             "created", "frozen", "1718000000042", "1718000000042-0",
+             "replay", "alert_queued", "1717000000000", "1717000000000-3",
+             "gone", "", "", "",
+             "error", "WRONGTYPE effects is a string, expected stream", "", ""]
+    created, replay, gone, error = parse_reply(reply, 4)
+    assert created == ApplyResult("created", 1718000000042, "frozen", 1718000000042,
+                                  "1718000000042-0")
+    assert replay == ApplyResult("replay", 1718000000042, "alert_queued", 1717000000000,
+                                 "1717000000000-3")
+    assert gone == ApplyResult("gone", 1718000000042)
+    assert isinstance(error, ScriptActionError) and "WRONGTYPE" in str(error)
+    with pytest.raises(RuntimeError):
+        parse_reply(reply, 3)
+    with pytest.raises(RuntimeError):
+        parse_reply(["1", "maybe", "", "", ""], 1)
+
+
+class FakeConnection:
+    """Answers each EVALSHA when the test releases it; records what was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+        self.gate: asyncio.Queue[object] = asyncio.Queue()
+        self.disconnected = False
+
+    async def send_packed_command(self, command: bytes, check_health: bool = True) -> None:
+        self.sent.append(_unpack(command))
+
+    async def read_response(self) -> object:
+        outcome = await self.gate.get()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome == "auto":
+            cmd = self.sent[-1]
+            count = (int(cmd[2]) - 3) // 3
+            reply = ["1718000000042"]
+            for i in range(count):
+                reply += ["created", "frozen", "1718000000042", f"1718000000042-{i}"]
+            return reply
+        return outcome
+
+    async def disconnect(self, nowait: bool = False) -> None:
+        self.disconnected = True
+
+
+def _batch_sizes(conn: FakeConnection) -> list[int]:
+    return [(int(c[2]) - 3) // 3 for c in conn.sent if c[0] == "EVALSHA"]
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)  # let the batcher's tasks run
+
+
+async def test_first_action_goes_alone_and_the_rest_wait_for_the_next_batch():
+    conn = FakeConnection()
+    seen: list[tuple[int, float]] = []
+
+    class Observer:
+        def batch_done(self, size: int, seconds: float) -> None:
+            seen.append((size, seconds))
+
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=3, observer=Observer())
+    settled: list[int] = []
+    first = batcher.submit(_action(0), lambda: settled.append(0))
+    await _settle()
+    rest = [batcher.submit(_action(i), lambda i=i: settled.append(i)) for i in range(1, 6)]
+    await _settle()
+    assert _batch_sizes(conn) == [1]  # at low load a batch is one request
+    for _ in range(3):
+        conn.gate.put_nowait("auto")
+        await _settle()
+    assert _batch_sizes(conn) == [1, 3, 2]  # capped at max_batch, then the remainder
+    results = [await first] + [await f for f in rest]
+    assert [r.verdict for r in results] == ["created"] * 6
+    assert sorted(settled) == list(range(6))
+    assert [size for size, _ in seen] == [1, 3, 2]
+    await batcher.close()
+    assert conn.disconnected
+
+
+async def test_a_failed_call_fails_every_action_of_its_batch_only():
+    conn = FakeConnection()
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10)
+    lone = batcher.submit(_action(0))
+    await _settle()
+    batch = [batcher.submit(_action(i)) for i in range(1, 4)]
+    await _settle()
+    conn.gate.put_nowait(RedisConnectionError("lost"))
+    await _settle()
+    with pytest.raises(RedisConnectionError):
+        await lone
+    conn.gate.put_nowait("auto")
+    assert [(await f).verdict for f in batch] == ["created"] * 3
+    await batcher.close()
+
+
+async def test_noscript_loads_the_script_and_resends_once():
+    conn = FakeConnection()
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10)
+    pending = batcher.submit(_action(0))
+    await _settle()
+    conn.gate.put_nowait(NoScriptError("NOSCRIPT No matching script."))
+    conn.gate.put_nowait(apply_script_sha())
+    conn.gate.put_nowait("auto")
+    assert (await pending).verdict == "created"
+    assert [c[0] for c in conn.sent] == ["EVALSHA", "SCRIPT", "EVALSHA"]
+    assert conn.sent[0] == conn.sent[2]
+    await batcher.close()
+
+
+async def test_two_lanes_keep_two_batches_in_flight():
+    conns: list[FakeConnection] = []
+
+    def connect() -> FakeConnection:
+        conns.append(FakeConnection())
+        return conns[-1]
+
+    batcher = ApplyBatcher(connect, LIMITS, lanes=2, max_batch=10)
+    futures = [batcher.submit(_action(0))]
+    await _settle()
+    futures.append(batcher.submit(_action(1)))
+    await _settle()
+    futures += [batcher.submit(_action(i)) for i in range(2, 5)]
+    await _settle()
+    assert [_batch_sizes(c) for c in conns] == [[1], [1]]
+    for conn in conns:
+        conn.gate.put_nowait("auto")
+        conn.gate.put_nowait("auto")
+    assert [(await f).verdict for f in futures] == ["created"] * 5
+    assert sorted(sum((_batch_sizes(c) for c in conns), [])) == [1, 1, 3]
+    await batcher.close()
+
+
+def test_batcher_guards():
+    with pytest.raises(ValueError):
+        ApplyBatcher(FakeConnection, LIMITS, lanes=0, max_batch=1)
+    with pytest.raises(ValueError):
+        ApplyBatcher(FakeConnection, LIMITS, lanes=1, max_batch=0)
