@@ -179,6 +179,8 @@ SCENARIOS: dict[str, Scenario] = {
     "worker-kill-5x": Scenario(kill_worker_five_times, {"txns": 50_000, "rate": 5_000.0},
                                kills=True),
     "worker-dies": Scenario(kill_worker_for_good, kills=True),
+    # the same on the RocksDB card store (every other scenario runs on the memory store)
+    "worker-dies-rocksdb": Scenario(kill_worker_for_good, {"store": "rocksdb"}, kills=True),
     "rolling-restart": Scenario(rolling_restart),  # SIGTERM: a clean handover may re-read nothing
     "service-kill": Scenario(kill_action_service, kills=True),
     "service-503-stall": Scenario(unavailable_then_stalled, prepare=_use_proxy),

@@ -306,11 +306,12 @@ def run_scenario(
     redelivery: float = 0.005,
     progress: bool = False,
     prepare: Callable[[Topology], None] | None = None,
+    store: str = "memory",
 ) -> ScenarioReport:
     """Start the topology, replay a generated log, inject `fault`, let it heal, check it all."""
     from tests.support.pipeline import lines_of, make_log
 
-    topo = Topology(base, tmp / name, name, progress=progress)
+    topo = Topology(base.replace(store=store), tmp / name, name, progress=progress)
     if prepare is not None:
         prepare(topo)
     log = make_log(cards=max(500, txns // 20), txns=txns, seed=seed, malformed=malformed,

@@ -1,19 +1,47 @@
-"""The card_state table's restore fence: a changelog record behind the held value is dropped."""
+"""The card_state table on both stores: the restore fence (a changelog record behind the held
+value is dropped) and the engine's checkpoint writes (store + one changelog record per card)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import faust
+import pytest
 
 from app.stream import cardrecord
-from app.stream.cardstore import card_table
+from app.stream.cardstore import TableCards, card_table
+
+TableFactory = Callable[[str], faust.Table]
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def table_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TableFactory]:
+    """card_state tables on the memory or the RocksDB store (every test here runs on both)."""
+    made: list[faust.Table] = []
+
+    def make(app_id: str) -> faust.Table:
+        app = faust.App(app_id, store=f"{request.param}://", datadir=str(tmp_path / app_id),
+                        autodiscover=False)
+        table = card_table(app, 4)
+        made.append(table)
+        return table
+
+    yield make
+    for table in made:
+        close = getattr(table.data, "close", None)
+        if close is not None and request.param == "rocksdb":
+            close()
 
 
 def _event(key: bytes, partition: int, offset: int, state: bytes, at: int = 0) -> SimpleNamespace:
     value = cardrecord.pack(partition, offset, state)
-    message = SimpleNamespace(topic="t-card_state-changelog", partition=partition, offset=at,
-                              key=key, value=value)
+    topic = "t-card_state-changelog"
+    message = SimpleNamespace(topic=topic, partition=partition, offset=at, key=key, value=value,
+                              tp=faust.types.TP(topic, partition))
     return SimpleNamespace(key=key, value=value, message=message)
 
 
@@ -22,9 +50,8 @@ def _held(table: faust.Table, key: bytes) -> tuple[int, bytes]:
     return rec.offset, bytes(rec.state)
 
 
-def test_restore_keeps_the_newest_record_per_card() -> None:
-    app = faust.App("fence-test", store="memory://", autodiscover=False)
-    table = card_table(app, 4)
+def test_restore_keeps_the_newest_record_per_card(table_factory: TableFactory) -> None:
+    table = table_factory("fence-test")
     table.apply_changelog_batch([
         _event(b"c1", 2, 10, b"s10", at=0),
         _event(b"c2", 2, 11, b"x11", at=1),
@@ -40,8 +67,40 @@ def test_restore_keeps_the_newest_record_per_card() -> None:
     assert table.skipped_stale == 2
 
 
-def test_a_record_from_another_partition_replaces_the_held_one() -> None:
-    app = faust.App("fence-test-2", store="memory://", autodiscover=False)
-    table = card_table(app, 4)
+def test_a_record_from_another_partition_replaces_the_held_one(
+        table_factory: TableFactory, request: pytest.FixtureRequest) -> None:
+    if "rocksdb" in request.node.name:
+        # Faust's RocksDB store keeps one database per partition: a card id whose messages
+        # arrive on two partitions (keyed differently upstream) is held twice, and a read finds
+        # whichever database it opens first. Known gap; the memory store (default) is exact.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="RocksDB: one DB per partition"))
+    table = table_factory("fence-test-2")
     table.apply_changelog_batch([_event(b"c1", 2, 30, b"a"), _event(b"c1", 1, 5, b"b", at=1)])
     assert _held(table, b"c1") == (5, b"b")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.sent: dict[tuple[str, int], list[Any]] = {}
+
+    async def send_to(self, grouped: Any) -> list[asyncio.Future[None]]:
+        for tp, entries in grouped.items():
+            self.sent.setdefault(tp, []).extend(entries)
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return [fut]
+
+
+async def test_checkpoint_writes_reach_the_store_and_one_changelog_record_per_card(
+        table_factory: TableFactory) -> None:
+    table = table_factory("writes-test")
+    sink = Sink()
+    cards = TableCards(table, sink)  # type: ignore[arg-type]
+    a, b = cardrecord.pack(1, 7, b"a7"), cardrecord.pack(3, 9, b"b9")
+    await cards.write({b"c1": (1, a), b"c2": (3, b)})
+    assert cards.load("c1") == a and cards.load("c2") == b and cards.load("c3") is None
+    changelog = table.changelog_topic.get_topic_name()
+    assert sink.sent == {(changelog, 1): [(b"c1", a, ())], (changelog, 3): [(b"c2", b, ())]}
+    newer = cardrecord.pack(1, 8, b"a8")
+    cards.save("c1", newer, 1)
+    assert cards.load("c1") == newer
