@@ -71,43 +71,6 @@ def features_matrix(
     return wide.astype(np.float32)
 
 
-class FeatureBatch:
-    """Feature vectors gathered for one batch, converted once into the model input.
-
-    The engine appends each vector as it computes it (one C-level `list.extend` per row) and
-    hands `matrix()` to the scorer: one float32 [N, F] array per batch, by `features_matrix`'s
-    rules (same values bit for bit), without a list of tuples in between.
-    """
-
-    __slots__ = ("_flat", "_rows", "spec")
-
-    def __init__(self, *, spec: FeatureSpec = DECLARED) -> None:
-        self.spec = spec
-        self._flat: list[FeatureValue] = []
-        self._rows = 0
-
-    def __len__(self) -> int:
-        return self._rows
-
-    def append(self, vector: Sequence[FeatureValue]) -> None:
-        """Add one feature vector (FEATURE_NAMES order); ValueError if its width is wrong."""
-        if len(vector) != self.spec.width:
-            raise ValueError(f"feature vector {self._rows} has {len(vector)} values, "
-                             f"expected {self.spec.width}")
-        self._flat.extend(vector)
-        self._rows += 1
-
-    def matrix(self) -> np.ndarray:
-        """The batch as float32 [N, F] (float64 first, rounded once); non-finite is an error."""
-        width = self.spec.width
-        wide = np.fromiter(self._flat, dtype=np.float64, count=len(self._flat))
-        wide = wide.reshape(self._rows, width)
-        if not np.isfinite(wide).all():
-            row = int(np.flatnonzero(~np.isfinite(wide).all(axis=1))[0])
-            raise ValueError(f"feature vector {row} holds a non-finite value")
-        return wide.astype(np.float32)
-
-
 def session_options() -> ort.SessionOptions:
     """Single-threaded, sequential execution: batch-size independent results, no core contention."""
     opts = ort.SessionOptions()

@@ -10,7 +10,7 @@ import pytest
 from app.features.declaration import FEATURE_NAMES
 from app.scoring.dataset import labelled_rows
 from app.scoring.registry import ModelRegistry
-from app.scoring.scorer import CPU, CUDA, FeatureBatch, OnnxScorer, features_matrix
+from app.scoring.scorer import CPU, CUDA, OnnxScorer, features_matrix
 
 F = len(FEATURE_NAMES)
 
@@ -35,23 +35,6 @@ def test_features_matrix_rejects_ragged_rows_that_add_up() -> None:
     # F-1 and F+1 values make 2F in all: a flat read would shift the second row silently
     with pytest.raises(ValueError, match=rf"expected \(N, {F}\)"):
         features_matrix([tuple(range(F - 1)), tuple(range(F + 1))])
-
-
-def test_feature_batch_builds_the_same_matrix_once() -> None:
-    vectors = [tuple([2**24 + i] + [i] * (F - 2) + [0.1 * i]) for i in range(50)]
-    batch = FeatureBatch()
-    for vec in vectors:
-        batch.append(vec)
-    assert len(batch) == 50
-    built = batch.matrix()
-    assert built.dtype == np.float32 and built.flags.c_contiguous and built.shape == (50, F)
-    assert built.view(np.uint32).tolist() == features_matrix(vectors).view(np.uint32).tolist()
-    assert FeatureBatch().matrix().shape == (0, F)
-    with pytest.raises(ValueError, match=f"feature vector 50 has {F - 1} values"):
-        batch.append(tuple(range(F - 1)))
-    batch.append(tuple([float("inf")] * F))
-    with pytest.raises(ValueError, match="feature vector 50 holds a non-finite"):
-        batch.matrix()
 
 
 def test_score_rejects_anything_but_the_model_input(registry: ModelRegistry) -> None:
