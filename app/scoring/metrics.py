@@ -73,10 +73,15 @@ class PrometheusScorerMetrics:
         self._calls = collectors["calls"]
         self._rows = collectors["rows"]
         self._min_batch = collectors["min_batch"]
+        self._children: dict[str, tuple[Any, Any]] = {}  # per provider: labels() once
 
     def scored(self, provider: str, rows: int) -> None:
-        self._calls.labels(provider).inc()
-        self._rows.labels(provider).inc(rows)
+        children = self._children.get(provider)
+        if children is None:
+            children = self._children[provider] = (self._calls.labels(provider),
+                                                   self._rows.labels(provider))
+        children[0].inc()
+        children[1].inc(rows)
 
     def crossover(self, model: str, min_batch: float) -> None:
         self._min_batch.labels(model).set(min_batch)
