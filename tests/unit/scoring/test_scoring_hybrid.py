@@ -225,3 +225,53 @@ def test_prometheus_metrics_count_calls_rows_and_the_crossover() -> None:
     assert value("fraudstream_scorer_rows_total", provider=CUDA) == rows + 200
     assert value("fraudstream_scorer_gpu_min_batch", model_version="prom-test") == 128
     assert PrometheusScorerMetrics()._calls is metrics._calls  # registered once
+
+
+def test_build_scorer_with_cuda_builds_the_hybrid_and_survives_refused_graphs(
+    registry: ModelRegistry, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The CUDA branch of build_scorer, with CPU sessions standing in for CUDA ones."""
+    import app.scoring.hybrid as hybrid_module
+
+    built: list[dict[str, str] | None] = []
+
+    def fake_onnx(model: bytes, *, device: str, cuda_options: dict[str, str] | None = None,
+                  **kw: object) -> OnnxScorer:
+        built.append(cuda_options)
+        if cuda_options and cuda_options.get("enable_cuda_graph") == "1":
+            raise RuntimeError("graph capture needs every node on CUDA")  # what ORT may say
+        scorer = OnnxScorer(model, device="cpu", **kw)  # type: ignore[arg-type]
+        if device != "cpu":
+            scorer._provider = CUDA  # the stand-in "CUDA" session
+        return scorer
+
+    def cpu_bound(session: object, **kw: object) -> BoundScorer:
+        bound = BoundScorer(session, **{**kw, "device_type": "cpu"})  # type: ignore[arg-type]
+        bound._provider = CUDA
+        return bound
+
+    monkeypatch.setattr(hybrid_module, "OnnxScorer", fake_onnx)
+    monkeypatch.setattr(hybrid_module, "BoundScorer", cpu_bound)
+    data = _model_bytes(registry)
+    tally = ProviderTally()
+    with caplog.at_level("INFO", logger="app.scoring.hybrid"):
+        scorer = build_scorer(data, device="auto", name="v", metrics=tally,
+                              gpu=GpuOptions(min_batch=8, max_rows=64, cuda_graph=True))
+    assert isinstance(scorer, HybridScorer) and scorer.min_batch == 8
+    assert isinstance(scorer.gpu, BoundScorer) and scorer.gpu.cuda_graph is False
+    assert built[0] == {"enable_cuda_graph": "1"} and built[1] is None  # refused, then without
+    assert "CUDA graphs refused" in caplog.text and "CUDA from batch 8" in caplog.text
+    # the start-up probe (1) and every size it will run at, warmed before the first batch
+    assert set(scorer.gpu._buckets) == {1, 8, 16, 32, 64}
+    oracle = OnnxScorer(data, device="cpu")
+    matrix = np.random.default_rng(0).random((100, F), dtype=np.float32) * 100
+    for rows in (1, 7, 8, 100):
+        assert np.array_equal(scorer.score(matrix[:rows]), oracle.score(matrix[:rows]))
+    assert tally.calls == {CPU: 2, CUDA: 2} and tally.rows == {CPU: 8, CUDA: 108}
+    assert tally.min_batch == {"v": 8}
+
+    calibrated = build_scorer(data, device="cuda", name="v",
+                              gpu=GpuOptions(max_rows=64, calibration_repeats=2))
+    assert isinstance(calibrated, HybridScorer) and calibrated.calibration is not None
+    assert calibrated.calibration.sizes == (1, 2, 4, 8, 16, 32, 64)
+    assert "(calibrated; batch:cpu/cuda us 1:" in caplog.text
