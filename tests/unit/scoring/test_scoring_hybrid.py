@@ -270,8 +270,9 @@ def test_build_scorer_with_cuda_builds_the_hybrid_and_survives_refused_graphs(
     assert tally.calls == {CPU: 2, CUDA: 2} and tally.rows == {CPU: 8, CUDA: 108}
     assert tally.min_batch == {"v": 8}
 
-    calibrated = build_scorer(data, device="cuda", name="v",
-                              gpu=GpuOptions(max_rows=64, calibration_repeats=2))
+    with caplog.at_level("INFO", logger="app.scoring.hybrid"):
+        calibrated = build_scorer(data, device="cuda", name="v",
+                                  gpu=GpuOptions(max_rows=64, calibration_repeats=2))
     assert isinstance(calibrated, HybridScorer) and calibrated.calibration is not None
     assert calibrated.calibration.sizes == (1, 2, 4, 8, 16, 32, 64)
     assert "(calibrated; batch:cpu/cuda us 1:" in caplog.text
