@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from app.features.declaration import FEATURE_NAMES
-from app.scoring.binding import BoundScorer, bucket_sizes
+from app.scoring.binding import GRAPH_ID_KEY, BoundScorer, bucket_sizes
 from app.scoring.dataset import labelled_rows
 from app.scoring.registry import ModelRegistry
 from app.scoring.scorer import CPU, OnnxScorer
@@ -70,3 +70,14 @@ def test_bound_scorer_checks_its_input_and_warms_up(registry: ModelRegistry) -> 
         bound.bucket_for(17)
     bound.warm_up((3, 16))
     assert sorted(bound._buckets) == [4, 16]
+
+
+def test_each_bucket_has_its_own_graph_id(registry: ModelRegistry) -> None:
+    plain = _cpu_session(registry)
+    bound = BoundScorer(plain.session, device_type="cpu", max_rows=8, cuda_graph=True)
+    bound.warm_up()
+    ids = {size: b.run_options.get_run_config_entry(GRAPH_ID_KEY)
+           for size, b in bound._buckets.items()}
+    assert ids == {1: "0", 2: "1", 4: "2", 8: "3"}  # fixed shape and buffers per graph
+    matrix = np.random.default_rng(1).random((8, F), dtype=np.float32)
+    assert np.array_equal(bound.score(matrix[:5]), plain.score(matrix[:5]))
