@@ -11,6 +11,7 @@ first n scores are read back. Larger batches are scored in chunks of `max_rows`.
 Fixed shapes and fixed addresses per bucket are what onnxruntime's CUDA graphs need: with
 `cuda_graph=True` (a session created with the CUDA provider option `enable_cuda_graph=1`) every
 bucket is captured once as its own graph (run option `gpu_graph_id`) and replayed afterwards.
+The EP keeps graphs per thread: a thread that did not warm up captures again on its first calls.
 The same class runs on device "cpu", which is how it is tested without a GPU.
 """
 
@@ -107,12 +108,18 @@ class BoundScorer:
             self._buckets[rows] = bucket
         return bucket
 
-    def warm_up(self, sizes: tuple[int, ...] | None = None, *, runs: int = 2) -> None:
-        """Allocate (and with graphs, capture) the buckets of `sizes` (default: all) now."""
-        for size in self.sizes if sizes is None else sizes:
-            bucket = self.bucket_for(size)
+    def warm_up(self, sizes: tuple[int, ...] | None = None, *, runs: int = 3) -> None:
+        """Allocate (and with graphs, capture) the buckets of `sizes` (default: all) now.
+
+        Largest first: onnxruntime's CUDA EP counts warm-up runs per thread, not per graph, so
+        a bucket's first run may already be captured, and no device memory can be allocated
+        while capturing: the largest run fills the arena that the smaller ones reuse. `runs` (3)
+        covers the EP's regular runs before a capture (1 or 2 depending on the version).
+        """
+        buckets = {self.bucket_for(size) for size in (self.sizes if sizes is None else sizes)}
+        for size in sorted(buckets, reverse=True):
             for _ in range(runs):
-                self._run(np.zeros((bucket, self.spec.width), dtype=np.float32))
+                self._run(np.zeros((size, self.spec.width), dtype=np.float32))
 
     def _run(self, matrix: np.ndarray) -> np.ndarray:
         rows = matrix.shape[0]

@@ -228,7 +228,7 @@ def _bound(model: Path | bytes, *, device: Device, options: GpuOptions, spec: Fe
     bound = BoundScorer(session.session, device_type="cuda", max_rows=options.max_rows,
                         cuda_graph=options.cuda_graph, spec=spec)
     try:
-        bound.warm_up((1,))
+        bound.warm_up()  # every bucket, largest first (graphs: captured here)
     except Exception as exc:
         if not options.cuda_graph:
             raise

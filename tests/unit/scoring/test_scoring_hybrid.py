@@ -261,8 +261,7 @@ def test_build_scorer_with_cuda_builds_the_hybrid_and_survives_refused_graphs(
     assert isinstance(scorer.gpu, BoundScorer) and scorer.gpu.cuda_graph is False
     assert built[0] == {"enable_cuda_graph": "1"} and built[1] is None  # refused, then without
     assert "CUDA graphs refused" in caplog.text and "CUDA from batch 8" in caplog.text
-    # the start-up probe (1) and every size it will run at, warmed before the first batch
-    assert set(scorer.gpu._buckets) == {1, 8, 16, 32, 64}
+    assert set(scorer.gpu._buckets) == {1, 2, 4, 8, 16, 32, 64}  # all warmed before any batch
     oracle = OnnxScorer(data, device="cpu")
     matrix = np.random.default_rng(0).random((100, F), dtype=np.float32) * 100
     for rows in (1, 7, 8, 100):
