@@ -185,7 +185,20 @@ class HybridScorer:
         if rows == 0:
             return np.zeros(0, dtype=np.float32)
         scorer = self.scorer_for(rows)
-        scores = scorer.score(matrix)
+        try:
+            scores = scorer.score(matrix)
+        except Exception:
+            if scorer is not self.gpu:
+                raise
+            # A CUDA failure (a graph that cannot be captured on this thread, a device fault)
+            # must not stop scoring: the CPU session scores the same rows inside the band.
+            log.exception("model %s: CUDA scoring failed; every batch goes to the CPU from now",
+                          self.name)
+            self.min_batch = NEVER
+            if self.metrics is not None:
+                self.metrics.crossover(self.name, math.inf)
+            scorer = self.cpu
+            scores = scorer.score(matrix)
         if self.metrics is not None:
             self.metrics.scored(scorer.active_provider, rows)
         return scores

@@ -144,6 +144,25 @@ def test_hybrid_that_never_picks_cuda_says_so() -> None:
     assert gpu.calls == [] and cpu.calls == [4096]
 
 
+def test_a_cuda_failure_sends_every_batch_to_the_cpu(caplog: pytest.LogCaptureFixture) -> None:
+    cpu, gpu = _pair()
+
+    def broken(matrix: np.ndarray) -> np.ndarray:
+        raise RuntimeError("CUDA failure: an illegal memory access was encountered")
+
+    gpu.score = broken  # type: ignore[method-assign]
+    tally = ProviderTally()
+    scorer = HybridScorer(cpu, gpu, min_batch=16, name="m", metrics=tally)
+    assert scorer.score(np.zeros((32, F), np.float32)).tolist() == [0.25] * 32
+    assert "CUDA scoring failed" in caplog.text
+    assert scorer.min_batch == NEVER and tally.min_batch == {"m": math.inf}
+    scorer.score(np.zeros((64, F), np.float32))
+    assert cpu.calls == [32, 64] and tally.rows == {CPU: 96}
+    cpu.score = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="illegal memory"):  # a CPU failure is not hidden
+        scorer.score(np.zeros((1, F), np.float32))
+
+
 def test_hybrid_over_two_real_sessions_scores_like_the_oracle(
     registry: ModelRegistry, training_table: pa.Table
 ) -> None:
