@@ -125,6 +125,24 @@ class Settings:
         "FRAUDSTREAM_SCORER_DEVICE", "auto: CUDA when present, else CPU; cpu; cuda (required).",
         "auto",
     )
+    gpu_min_batch: int | None = _env(
+        "FRAUDSTREAM_GPU_MIN_BATCH",
+        "With CUDA: batches of at least this many rows are scored on CUDA, smaller ones on the "
+        "CPU session (1: all on CUDA); unset: the crossover is measured at start-up.",
+        None,
+    )
+    gpu_max_rows: int = _env(
+        "FRAUDSTREAM_GPU_MAX_ROWS",
+        "With CUDA: rows of the largest preallocated device buffer; larger batches are scored "
+        "in chunks of it.",
+        4096,
+    )
+    cuda_graph: bool = _env(
+        "FRAUDSTREAM_CUDA_GRAPH",
+        "With CUDA: capture one CUDA graph per buffer size (onnxruntime enable_cuda_graph); "
+        "falls back to plain IO binding when onnxruntime refuses.",
+        False,
+    )
     freeze_threshold: float | None = _env(
         "FRAUDSTREAM_FREEZE_THRESHOLD", "Override the model card's freeze threshold.", None
     )

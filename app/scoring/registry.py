@@ -3,7 +3,8 @@
 Loading a version checks, before anything is scored: the version name is safe, the card
 parses and its features/input equal the declaration, the ONNX file's sha256 is the card's,
 and the graph's input/output match the contract (ModelContractError otherwise). Loaded models
-are cached per version: one InferenceSession per model per process.
+are cached per version: one scorer per model per process (one CPU session; with CUDA a
+hybrid of a CPU and a CUDA session, see hybrid.py).
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from app.scoring.card import CARD_FILE, MODEL_FILE, ModelCard, card_json
 from app.scoring.contract import DECLARED, FeatureSpec, ModelError
+from app.scoring.hybrid import GpuOptions, build_scorer
+from app.scoring.metrics import ScorerMetrics, default_metrics
 from app.scoring.policy import Thresholds
-from app.scoring.scorer import Device, OnnxScorer
+from app.scoring.scorer import Device, Scorer
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +45,7 @@ class LoadedModel:
 
     version: str
     card: ModelCard
-    scorer: OnnxScorer
+    scorer: Scorer
     path: Path
 
     @property
@@ -69,12 +75,23 @@ class ModelRegistry:
     """Model versions under one directory; `load` validates and caches."""
 
     def __init__(self, model_dir: Path | str, *, device: Device = "auto",
-                 spec: FeatureSpec = DECLARED) -> None:
+                 spec: FeatureSpec = DECLARED, gpu: GpuOptions | None = None,
+                 metrics: ScorerMetrics | None = None) -> None:
         self.root = Path(model_dir)
         self.device: Device = device
         self.spec = spec
+        self.gpu = gpu or GpuOptions()
+        self.metrics = metrics
         self._loaded: dict[str, LoadedModel] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, metrics: bool = True) -> ModelRegistry:
+        """The worker's registry: model dir, device and GPU options from settings; scorers
+        count their calls per provider in the Prometheus metrics unless `metrics` is False."""
+        return cls(settings.model_dir, device=settings.scorer_device,
+                   gpu=GpuOptions.from_settings(settings),
+                   metrics=default_metrics() if metrics else None)
 
     def versions(self) -> list[str]:
         """Every version directory holding a card, sorted."""
@@ -127,7 +144,8 @@ class ModelRegistry:
                 raise ModelRegistryError(
                     f"{directory / MODEL_FILE}: sha256 {digest[:12]}… is not the card's "
                     f"{card.model_sha256[:12]}… (file replaced?)")
-            scorer = OnnxScorer(data, device=self.device, spec=self.spec, name=name)
+            scorer = build_scorer(data, device=self.device, gpu=self.gpu, spec=self.spec,
+                                  name=name, metrics=self.metrics)
             loaded = LoadedModel(name, card, scorer, directory)
             self._loaded[name] = loaded
             log.info("model %s ready: thresholds freeze=%s alert=%s, provider %s", name,

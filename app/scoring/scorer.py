@@ -15,7 +15,8 @@ CUDA scores are not bit-identical across batch sizes, which the boundary flags a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
@@ -24,6 +25,7 @@ import onnxruntime as ort
 
 from app.features.declaration import FeatureValue
 from app.scoring.contract import DECLARED, OUTPUT_NAME, FeatureSpec, check_io, check_metadata
+from app.scoring.metrics import ScorerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +53,18 @@ def features_matrix(
 
     The one conversion, shared by the online and offline paths: values go through float64
     (exact for every integer below 2**53 and every float) and are then rounded once to float32.
+    The whole batch is read in one pass over the flattened values into one contiguous array
+    (np.fromiter); what remains is numpy's conversion of each Python number.
     """
-    if len(vectors) == 0:
+    rows = len(vectors)
+    if rows == 0:
         return np.zeros((0, spec.width), dtype=np.float32)
-    wide = np.asarray(vectors, dtype=np.float64)
-    if wide.ndim != 2 or wide.shape[1] != spec.width:
-        raise ValueError(f"feature vectors have shape {wide.shape}, expected (N, {spec.width})")
+    widths = set(map(len, vectors))
+    if widths != {spec.width}:
+        shape = (rows, sorted(widths)) if len(widths) > 1 else (rows, widths.pop())
+        raise ValueError(f"feature vectors have shape {shape}, expected (N, {spec.width})")
+    wide = np.fromiter(chain.from_iterable(vectors), dtype=np.float64, count=rows * spec.width)
+    wide = wide.reshape(rows, spec.width)
     if not np.isfinite(wide).all():
         row = int(np.flatnonzero(~np.isfinite(wide).all(axis=1))[0])
         raise ValueError(f"feature vector {row} holds a non-finite value")
@@ -73,22 +81,25 @@ def session_options() -> ort.SessionOptions:
     return opts
 
 
-def _providers(device: Device) -> list[Any]:
+def _providers(device: Device, cuda_options: Mapping[str, str] | None = None) -> list[Any]:
     if device == "cpu":
         return [CPU]
-    return [(CUDA, dict(_CUDA_OPTIONS)), CPU]
+    return [(CUDA, {**_CUDA_OPTIONS, **(cuda_options or {})}), CPU]
 
 
 class OnnxScorer:
     """One onnxruntime InferenceSession over a model whose I/O matches the feature declaration.
 
     Create one per process per model version (ModelRegistry caches them) and reuse it: a
-    session is thread-safe for `run` and costs milliseconds to build.
+    session is thread-safe for `run` and costs milliseconds to build. `cuda_options` are added
+    to the CUDA provider's options (`enable_cuda_graph` for a session that only
+    binding.BoundScorer runs); `metrics`, when given, counts each call's provider and rows.
     """
 
     def __init__(
         self, model: Path | bytes, *, device: Device = "auto", spec: FeatureSpec = DECLARED,
-        name: str = "",
+        name: str = "", cuda_options: Mapping[str, str] | None = None,
+        metrics: ScorerMetrics | None = None,
     ) -> None:
         source = model if isinstance(model, bytes) else str(model)
         self.name = name or (model.parent.name if isinstance(model, Path) else "in-memory")
@@ -100,7 +111,7 @@ class OnnxScorer:
             ort.set_default_logger_severity(4)
         try:
             self.session = ort.InferenceSession(source, session_options(),
-                                                providers=_providers(device))
+                                                providers=_providers(device, cuda_options))
         finally:
             ort.set_default_logger_severity(2)
         check_io(self.session.get_inputs(), self.session.get_outputs(), spec=spec, model=self.name)
@@ -116,6 +127,7 @@ class OnnxScorer:
         log.log(level, "model %s loaded: provider %s (requested %s)", self.name, self._provider,
                 ", ".join(self.requested))
         self._input = self.session.get_inputs()[0].name
+        self.metrics = metrics
 
     @property
     def active_provider(self) -> str:
@@ -130,4 +142,6 @@ class OnnxScorer:
         if matrix.shape[0] == 0:
             return np.zeros(0, dtype=np.float32)
         (out,) = self.session.run([OUTPUT_NAME], {self._input: matrix})
+        if self.metrics is not None:
+            self.metrics.scored(self._provider, matrix.shape[0])
         return np.asarray(out, dtype=np.float32).reshape(matrix.shape[0])

@@ -31,6 +31,12 @@ def test_features_matrix_rejects_wrong_width_and_non_finite_values() -> None:
         features_matrix([tuple(range(F)), tuple([float("nan")] * F)])
 
 
+def test_features_matrix_rejects_ragged_rows_that_add_up() -> None:
+    # F-1 and F+1 values make 2F in all: a flat read would shift the second row silently
+    with pytest.raises(ValueError, match=rf"expected \(N, {F}\)"):
+        features_matrix([tuple(range(F - 1)), tuple(range(F + 1))])
+
+
 def test_score_rejects_anything_but_the_model_input(registry: ModelRegistry) -> None:
     scorer = registry.load().scorer
     with pytest.raises(ValueError, match="float32"):
