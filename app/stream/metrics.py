@@ -23,6 +23,11 @@ REREAD_SKIPPED: Final = Counter(
     "Messages read again after a crash or rebalance that card state already held and no longer "
     "remembers (their outputs were flushed the first time): nothing re-emitted.",
 )
+REREAD_DROPPED: Final = Counter(
+    "fraudstream_reread_dropped_total",
+    "Messages read again after a rewind that this worker already processed in the same "
+    "generation: not processed twice.",
+)
 SEQUENCE_HELD: Final = Counter(
     "fraudstream_sequence_held_total",
     "Events held back unacknowledged: past a gap in their partition, or of a revoked partition.",

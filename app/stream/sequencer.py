@@ -50,6 +50,7 @@ class PartitionSequencer:
         admitted: list[Message] = []
         held: set[Any] = set()
         released: list[Message] = []
+        again: list[Message] = []
         for message in messages:
             tp, offset = message.tp, message.offset
             if tp not in assigned or tp in held:
@@ -63,10 +64,18 @@ class PartitionSequencer:
                 released.append(message)
                 await self._rewind(consumer, tp, expected, offset)
                 continue
-            # offset < expected is a re-read (after a rewind): card positions make it a no-op
-            self._expected[tp] = max(expected, offset + 1)
+            if offset < expected:
+                # read again after a rewind, in this generation: this worker already processed
+                # it (its first copy is acked by the checkpoint); processing it twice would
+                # re-send its DLQ or late record, which no card position fences
+                again.append(message)
+                continue
+            self._expected[tp] = offset + 1
             self._sought.pop(tp, None)
             admitted.append(message)
+        if again:
+            metrics.REREAD_DROPPED.inc(len(again))
+            consumer.release(again)
         if released:
             metrics.SEQUENCE_HELD.labels(released[0].topic).inc(len(released))
             consumer.release(released)

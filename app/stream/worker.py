@@ -52,7 +52,7 @@ def run_worker(
     asyncio.run(ensure_topics(settings))
     model = None
     offset = 0
-    registry = ModelRegistry(settings.model_dir, device=settings.scorer_device)
+    registry = ModelRegistry.from_settings(settings)
     if "score" in agents:
         model, offset = initial_model(settings, registry)
     fraud = create_app(settings, web_port=web_port, model=model, load_model=registry.load,

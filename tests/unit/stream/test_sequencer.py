@@ -45,12 +45,17 @@ async def test_a_gap_holds_its_partition_back_and_rewinds_to_the_missing_offset(
     assert await admit(seq, msgs((A, 14))) == []  # the rest of the old fetch, no second rewind
     assert broker.seeks == [(A, 11)]
     assert await admit(seq, msgs((A, 11), (A, 12), (A, 13))) == [(0, 11), (0, 12), (0, 13)]
+    assert await admit(seq, msgs((A, 14))) == [(0, 14)]
 
 
-async def test_a_reread_behind_the_expected_offset_is_admitted() -> None:
-    seq, _, _, _ = setup({A: 10})
+async def test_a_reread_of_what_this_generation_processed_is_dropped_unacked() -> None:
+    seq, consumer, _, _ = setup({A: 10})
     await admit(seq, msgs((A, 10), (A, 11)))
-    assert await admit(seq, msgs((A, 10), (A, 11), (A, 12))) == [(0, 10), (0, 11), (0, 12)]
+    again = msgs((A, 10), (A, 11), (A, 12), consumer=consumer)
+    assert await admit(seq, again) == [(0, 12)]
+    assert again[0] not in consumer._unacked_messages  # its first copy's ack commits it
+    consumer.app.consumer_generation_id = 2  # after a rebalance everything counts again
+    assert await admit(seq, msgs((A, 10))) == [(0, 10)]
 
 
 async def test_revoked_partitions_are_not_processed() -> None:
