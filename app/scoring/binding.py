@@ -25,6 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 from app.scoring.contract import DECLARED, INPUT_NAME, OUTPUT_NAME, FeatureSpec
+from app.scoring.scorer import check_input
 
 DeviceType = Literal["cpu", "cuda"]
 #: onnxruntime's run option naming the CUDA graph a run captures or replays.
@@ -137,9 +138,7 @@ class BoundScorer:
 
     def score(self, matrix: np.ndarray) -> np.ndarray:
         """Fraud probabilities, float32 [N], for a float32 [N, F] matrix."""
-        if matrix.dtype != np.float32 or matrix.ndim != 2 or matrix.shape[1] != self.spec.width:
-            raise ValueError(f"model input must be float32 (N, {self.spec.width}), got "
-                             f"{matrix.dtype} {matrix.shape}")
+        check_input(matrix, self.spec.width)
         rows = matrix.shape[0]
         if rows == 0:
             return np.zeros(0, dtype=np.float32)

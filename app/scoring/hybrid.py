@@ -29,7 +29,7 @@ import numpy as np
 from app.scoring.binding import BoundScorer
 from app.scoring.contract import DECLARED, FeatureSpec
 from app.scoring.metrics import ScorerMetrics
-from app.scoring.scorer import CUDA, Device, OnnxScorer, Scorer
+from app.scoring.scorer import CUDA, Device, OnnxScorer, Scorer, check_input
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -178,9 +178,7 @@ class HybridScorer:
 
     def score(self, matrix: np.ndarray) -> np.ndarray:
         """Fraud probabilities, float32 [N], for a float32 [N, F] matrix."""
-        if matrix.dtype != np.float32 or matrix.ndim != 2 or matrix.shape[1] != self.spec.width:
-            raise ValueError(f"model input must be float32 (N, {self.spec.width}), got "
-                             f"{matrix.dtype} {matrix.shape}")
+        check_input(matrix, self.spec.width)
         rows = matrix.shape[0]
         if rows == 0:
             return np.zeros(0, dtype=np.float32)

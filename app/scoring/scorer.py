@@ -71,6 +71,13 @@ def features_matrix(
     return wide.astype(np.float32)
 
 
+def check_input(matrix: np.ndarray, width: int) -> None:
+    """Refuse anything but a float32 [N, width] matrix, naming what came instead."""
+    if matrix.dtype != np.float32 or matrix.ndim != 2 or matrix.shape[1] != width:
+        raise ValueError(f"model input must be float32 (N, {width}), got "
+                         f"{matrix.dtype} {matrix.shape}")
+
+
 def session_options() -> ort.SessionOptions:
     """Single-threaded, sequential execution: batch-size independent results, no core contention."""
     opts = ort.SessionOptions()
@@ -136,9 +143,7 @@ class OnnxScorer:
 
     def score(self, matrix: np.ndarray) -> np.ndarray:
         """Fraud probabilities, float32 [N], for a float32 [N, F] matrix from `features_matrix`."""
-        if matrix.dtype != np.float32 or matrix.ndim != 2 or matrix.shape[1] != self.spec.width:
-            raise ValueError(f"model input must be float32 (N, {self.spec.width}), got "
-                             f"{matrix.dtype} {matrix.shape}")
+        check_input(matrix, self.spec.width)
         if matrix.shape[0] == 0:
             return np.zeros(0, dtype=np.float32)
         (out,) = self.session.run([OUTPUT_NAME], {self._input: matrix})
