@@ -8,8 +8,8 @@
  * out-of-order event rescans its windows, is inserted, and the card's aggregates are rebuilt
  * from the buffer (O(buffer), as the Python state's memmove is). The layout (windows,
  * distinct features, since_prev windows) is given by the caller, derived from the declaration.
- * Redelivery lookups go through a counting filter of (card, txn_id hash): a zero slot is an
- * exact "not remembered"; a non-zero one is confirmed by comparing the stored ids.
+ * Redelivery lookups go through a table of (card, txn_id hash) keys of the buffered events: an
+ * absent key is exactly "not remembered"; a present one is confirmed by comparing the stored ids.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,18 +26,14 @@
 
 enum { ACCEPTED = 0, LATE = 1, REDELIVERED = 2 };
 
-typedef struct {
-    int64_t ts, amt;
-    uint64_t h;
-    int32_t v[MAXF];
-    uint8_t idlen;
-    char id[IDMAX];
-} Ev;
+typedef struct { int64_t ts, amt; int32_t v[MAXF]; } Ev;  /* what the windows read: 32 bytes */
+typedef struct { uint64_t h; uint8_t len; char id[IDMAX]; } Id;  /* parallel to Ev */
 
 typedef struct { int32_t *key; int32_t *cnt; uint32_t cap, size; } IMap;
 
 typedef struct {
     Ev *ev;
+    Id *ids;
     int64_t head, n, cap, max_ts;
     int64_t start[MAXW], sum[MAXW];
     int64_t *dq[MAXW];
@@ -53,8 +49,9 @@ typedef struct {
     int64_t lateness, maxw;
     Card *cards;
     int64_t ncards;
-    uint32_t *filt;
-    uint64_t fmask;
+    uint64_t *rkey;  /* remembered (card, txn_id hash) keys -> rcnt; 0 = empty slot */
+    uint32_t *rcnt;
+    uint64_t rmask;
     int64_t live;
     IMap scratch;
 } Folder;
@@ -120,7 +117,7 @@ static void imap_clear(IMap *m) {
 
 static void imap_free(IMap *m) { free(m->key); free(m->cnt); m->key = m->cnt = NULL; m->cap = m->size = 0; }
 
-/* --- hashing and the redelivery filter --------------------------------------------------- */
+/* --- hashing and the remembered txn_ids ----------------------------------------------- */
 
 static inline uint64_t mix64(uint64_t x) {
     x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL;
@@ -133,18 +130,51 @@ static inline uint64_t id_hash(const char *s, int len) {
     return mix64(h);
 }
 
-static inline uint64_t slot(const Folder *f, int64_t card, uint64_t h) {
-    return mix64(h ^ ((uint64_t)card * 0x9E3779B97F4A7C15ULL)) & f->fmask;
+static inline uint64_t rkey(int64_t card, uint64_t h) {
+    uint64_t k = mix64(h ^ ((uint64_t)card * 0x9E3779B97F4A7C15ULL));
+    return k ? k : 1;
 }
 
-static int filter_resize(Folder *f, uint64_t size) {
-    uint32_t *filt = calloc(size, sizeof(uint32_t));
-    if (!filt) return -1;
-    free(f->filt);
-    f->filt = filt; f->fmask = size - 1;
+/* The remembered-key table: open addressing, linear probing, backward-shift deletion. A key
+ * absent here is exactly "not remembered"; a present one is confirmed against the card's ids. */
+static int rmap_has(const Folder *f, uint64_t k) {
+    for (uint64_t i = k & f->rmask; f->rkey[i]; i = (i + 1) & f->rmask)
+        if (f->rkey[i] == k) return 1;
+    return 0;
+}
+
+static void rmap_put(Folder *f, uint64_t k) {
+    uint64_t i = k & f->rmask;
+    while (f->rkey[i] && f->rkey[i] != k) i = (i + 1) & f->rmask;
+    if (!f->rkey[i]) { f->rkey[i] = k; f->rcnt[i] = 0; }
+    f->rcnt[i]++;
+}
+
+static void rmap_del(Folder *f, uint64_t k) {
+    uint64_t mask = f->rmask, i = k & mask;
+    while (f->rkey[i] != k) i = (i + 1) & mask;  /* present by construction */
+    if (--f->rcnt[i]) return;
+    uint64_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!f->rkey[j]) break;
+        uint64_t home = f->rkey[j] & mask;
+        int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+        if (stays) continue;
+        f->rkey[i] = f->rkey[j]; f->rcnt[i] = f->rcnt[j]; i = j;
+    }
+    f->rkey[i] = 0;
+}
+
+static int rmap_resize(Folder *f, uint64_t size) {
+    uint64_t *key = calloc(size, sizeof(uint64_t));
+    uint32_t *cnt = calloc(size, sizeof(uint32_t));
+    if (!key || !cnt) { free(key); free(cnt); return -1; }
+    free(f->rkey); free(f->rcnt);
+    f->rkey = key; f->rcnt = cnt; f->rmask = size - 1;
     for (int64_t c = 0; c < f->ncards; c++) {
         Card *cd = &f->cards[c];
-        for (int64_t p = cd->head; p < cd->n; p++) f->filt[slot(f, c, cd->ev[p].h)]++;
+        for (int64_t p = cd->head; p < cd->n; p++) rmap_put(f, rkey(c, cd->ids[p].h));
     }
     return 0;
 }
@@ -230,7 +260,8 @@ static void append(Folder *f, Card *c, int64_t *prims, int64_t live, int *err) {
 
 static void insert(Folder *f, Card *c, int64_t *prims, int *err) {
     Ev *ev = c->ev;
-    Ev x = ev[c->n];  /* staged past the end by the caller */
+    Ev x = ev[c->n];  /* staged past the end by the caller, as its id */
+    Id xid = c->ids[c->n];
     int64_t ts = x.ts, hi = bisect_right(ev, ts, c->head, c->n), lows[MAXW];
     for (int i = 0; i < f->nw; i++) {
         int64_t lo = bisect_right(ev, ts - f->w[i], c->head, hi), total = x.amt, mx = x.amt;
@@ -252,7 +283,9 @@ static void insert(Folder *f, Card *c, int64_t *prims, int *err) {
     for (int k = 0; k < f->ns; k++)
         prims[3 * f->nw + f->nd + k] = hi > lows[f->swin[k]] ? ts - ev[hi - 1].ts : -1;
     memmove(ev + hi + 1, ev + hi, sizeof(Ev) * (c->n - hi));
+    memmove(c->ids + hi + 1, c->ids + hi, sizeof(Id) * (c->n - hi));
     ev[hi] = x;
+    c->ids[hi] = xid;
     c->n++;
     if (rebuild(f, c) < 0) *err = 1;
 }
@@ -260,12 +293,13 @@ static void insert(Folder *f, Card *c, int64_t *prims, int *err) {
 static int evict(Folder *f, int64_t card, Card *c) {
     int64_t cutoff = c->max_ts - f->maxw - f->lateness;
     while (c->head < c->n && c->ev[c->head].ts < cutoff) {
-        f->filt[slot(f, card, c->ev[c->head].h)]--;
+        rmap_del(f, rkey(card, c->ids[c->head].h));
         f->live--;
         c->head++;
     }
     if (c->head >= COMPACT_MIN && 2 * c->head >= c->n) {
         memmove(c->ev, c->ev + c->head, sizeof(Ev) * (c->n - c->head));
+        memmove(c->ids, c->ids + c->head, sizeof(Id) * (c->n - c->head));
         c->n -= c->head; c->head = 0;
         return rebuild(f, c);
     }
@@ -274,7 +308,7 @@ static int evict(Folder *f, int64_t card, Card *c) {
 
 static int remembered(const Card *c, uint64_t h, const char *id, int len) {
     for (int64_t p = c->head; p < c->n; p++)
-        if (c->ev[p].h == h && c->ev[p].idlen == len && memcmp(c->ev[p].id, id, len) == 0) return 1;
+        if (c->ids[p].h == h && c->ids[p].len == len && memcmp(c->ids[p].id, id, len) == 0) return 1;
     return 0;
 }
 
@@ -338,7 +372,7 @@ static int Folder_init(Folder *self, PyObject *args, PyObject *kwds) {
     self->width = 3 * self->nw + self->nd + self->ns;
     self->lateness = lateness;
     self->maxw = self->w[self->nw - 1];
-    if (!self->filt && filter_resize(self, 1 << 16) < 0) { PyErr_NoMemory(); return -1; }
+    if (!self->rkey && rmap_resize(self, 1 << 16) < 0) { PyErr_NoMemory(); return -1; }
     return 0;
 }
 
@@ -346,11 +380,13 @@ static void Folder_dealloc(Folder *self) {
     for (int64_t c = 0; c < self->ncards; c++) {
         Card *cd = &self->cards[c];
         free(cd->ev);
+        free(cd->ids);
         for (int i = 0; i < MAXW; i++) free(cd->dq[i]);
         for (int j = 0; j < MAXD; j++) imap_free(&cd->cnt[j]);
     }
     free(self->cards);
-    free(self->filt);
+    free(self->rkey);
+    free(self->rcnt);
     imap_free(&self->scratch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -383,8 +419,8 @@ PyDoc_STRVAR(fold_doc,
 "fold(cards, ts, amounts, values, offsets, ids, status, prims) -> None\n\n"
 "Apply n events in log order. cards: int32 card codes; ts, amounts: int64; values: one int32\n"
 "code array per distinct field; offsets: n+1 int32 offsets into ids (utf-8 txn_ids, <= 64\n"
-"bytes each); status: uint8 out (0 accepted, 1 late, 2 redelivered); prims: int64 out, n x\n"
-"width, written for accepted rows only.");
+"bytes each); status: uint8 out (0 accepted, 1 late, 2 redelivered); prims: int64 out, width x\n"
+"n (one row per primitive), written for accepted events only.");
 
 static PyObject *Folder_fold(Folder *self, PyObject *args) {
     PyObject *oc, *ots, *oa, *ov, *oo, *oi, *ost, *op;
@@ -429,7 +465,8 @@ static PyObject *Folder_fold(Folder *self, PyObject *args) {
         int len = offs[e + 1] - offs[e];
         uint64_t h = id_hash(id, len);
         int64_t live = c->n - c->head, t = ts[e];
-        if (live && self->filt[slot(self, card, h)] && remembered(c, h, id, len)) {
+        uint64_t key = rkey(card, h);
+        if (live && rmap_has(self, key) && remembered(c, h, id, len)) {
             status[e] = REDELIVERED;
             continue;
         }
@@ -437,21 +474,26 @@ static PyObject *Folder_fold(Folder *self, PyObject *args) {
         if (c->n == c->cap) {
             int64_t cap = c->cap ? 2 * c->cap : 4;
             Ev *ev = realloc(c->ev, sizeof(Ev) * (cap + 1));  /* + 1: the staging slot */
-            if (!ev) { err = 1; break; }
-            c->ev = ev; c->cap = cap;
+            if (ev) c->ev = ev;
+            Id *idv = ev ? realloc(c->ids, sizeof(Id) * (cap + 1)) : NULL;
+            if (!idv) { err = 1; break; }
+            c->ids = idv; c->cap = cap;
         }
         Ev *x = &c->ev[c->n];
-        x->ts = t; x->amt = amt[e]; x->h = h; x->idlen = (uint8_t)len;
-        memcpy(x->id, id, len);
+        x->ts = t; x->amt = amt[e];
+        Id *xi = &c->ids[c->n];
+        xi->h = h; xi->len = (uint8_t)len;
+        memcpy(xi->id, id, len);
         for (int fi = 0; fi < self->nf; fi++) x->v[fi] = ((const int32_t *)vb[fi].b.buf)[e];
-        int64_t *p = prims + (int64_t)e * self->width;
+        int64_t p[MAXW * 3 + MAXD + MAXS];
         if (!live || t >= c->max_ts) append(self, c, p, live, &err);
         else insert(self, c, p, &err);
         if (err) break;
-        self->filt[slot(self, card, h)]++;
+        for (int k = 0; k < self->width; k++) prims[(int64_t)k * n + e] = p[k];  /* by column */
+        rmap_put(self, key);
         self->live++;
         if (evict(self, card, c) < 0) { err = 1; break; }
-        if ((uint64_t)self->live * 4 > self->fmask + 1 && filter_resize(self, 2 * (self->fmask + 1)) < 0) {
+        if ((uint64_t)self->live * 2 > self->rmask + 1 && rmap_resize(self, 2 * (self->rmask + 1)) < 0) {
             err = 1; break;
         }
         status[e] = ACCEPTED;

@@ -40,7 +40,7 @@ class Folded:
     """What the fold made of one batch: a status per row and, for accepted rows, primitives."""
 
     status: np.ndarray  # uint8: ACCEPTED, LATE or REDELIVERED
-    prims: np.ndarray  # int64, rows x LAYOUT.width; rows not accepted hold garbage
+    prims: np.ndarray  # int64, LAYOUT.width x rows; columns of rows not accepted hold garbage
 
 
 class _Codes:
@@ -110,7 +110,7 @@ class Fold:
         """Apply the batch's transactions (valid ones, in log order) to their cards."""
         n = batch.num_rows
         status = np.empty(n, dtype=np.uint8)
-        prims = np.empty((n, LAYOUT.width), dtype=np.int64)
+        prims = np.empty((LAYOUT.width, n), dtype=np.int64)
         if not n:
             return Folded(status, prims)
         offs, ids = _string_buffers(batch.column("txn_id"))

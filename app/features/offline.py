@@ -121,7 +121,7 @@ class FeaturePass:
         if n_acc == len(status):
             keys, prims = valid, folded.prims
         else:
-            keys, prims = valid.filter(pa.array(accepted)), folded.prims[accepted]
+            keys, prims = valid.filter(pa.array(accepted)), folded.prims[:, accepted]
         amounts = keys.column("amount_minor").to_numpy()
         arrays = [keys.column("txn_id").combine_chunks(), keys.column("card_id").combine_chunks(),
                   keys.column("ts_ms").combine_chunks()]

@@ -115,7 +115,7 @@ _EXACT: Final = 2**53
 
 
 def derive_columns(prims: np.ndarray, amounts: np.ndarray) -> list[np.ndarray]:
-    """`derive` over many events at once: prims is n x LAYOUT.width int64, amounts n int64.
+    """`derive` over n events at once: prims is LAYOUT.width x n int64, amounts n int64.
 
     Returns one column per feature (FEATURE_NAMES order), int64 or float64, bit for bit what
     `derive` gives row by row: a mean is one IEEE division of two doubles, which is Python's
@@ -124,12 +124,12 @@ def derive_columns(prims: np.ndarray, amounts: np.ndarray) -> list[np.ndarray]:
     """
     means = []
     for slot in _MEANS:
-        total, count = prims[:, slot + 1], prims[:, slot]
+        total, count = prims[slot + 1], prims[slot]
         m = total.astype(np.float64) / count.astype(np.float64)
         big = np.flatnonzero(total > _EXACT)
         if big.size:
             m[big] = [mean(int(total[k]), int(count[k])) for k in big]
         means.append(m)
     ratios = [amounts.astype(np.float64) / means[k] for k in _RATIOS]
-    extended = [prims[:, i] for i in range(LAYOUT.width)] + means + ratios
+    extended = [prims[i] for i in range(LAYOUT.width)] + means + ratios
     return [extended[i] for i in _PICK_ORDER]
