@@ -8,8 +8,9 @@
  * out-of-order event rescans its windows, is inserted, and the card's aggregates are rebuilt
  * from the buffer (O(buffer), as the Python state's memmove is). The layout (windows,
  * distinct features, since_prev windows) is given by the caller, derived from the declaration.
- * Redelivery lookups go through a table of (card, txn_id hash) keys of the buffered events: an
- * absent key is exactly "not remembered"; a present one is confirmed by comparing the stored ids.
+ * Redelivery lookups go through each card's table of its buffered txn_id hashes: an absent
+ * hash is exactly "not remembered"; a present one is confirmed by comparing the stored ids.
+ * A batch is taken card by card (cards are independent; each card's events stay in log order).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,6 +31,8 @@ typedef struct { int64_t ts, amt; int32_t v[MAXF]; } Ev;  /* what the windows re
 typedef struct { uint64_t h; uint8_t len; char id[IDMAX]; } Id;  /* parallel to Ev */
 
 typedef struct { int32_t *key; int32_t *cnt; uint32_t cap, size; } IMap;
+/* A card's remembered txn_id hashes -> count; key 0 = empty slot. */
+typedef struct { uint64_t *key; uint32_t *cnt; uint64_t cap, size; } RMap;
 
 typedef struct {
     Ev *ev;
@@ -39,6 +42,7 @@ typedef struct {
     int64_t *dq[MAXW];
     int64_t dqh[MAXW], dqn[MAXW], dqcap[MAXW];
     IMap cnt[MAXD];
+    RMap rem;
 } Card;
 
 typedef struct {
@@ -49,9 +53,6 @@ typedef struct {
     int64_t lateness, maxw;
     Card *cards;
     int64_t ncards;
-    uint64_t *rkey;  /* remembered (card, txn_id hash) keys -> rcnt; 0 = empty slot */
-    uint32_t *rcnt;
-    uint64_t rmask;
     int64_t live;
     IMap scratch;
 } Folder;
@@ -130,53 +131,60 @@ static inline uint64_t id_hash(const char *s, int len) {
     return mix64(h);
 }
 
-static inline uint64_t rkey(int64_t card, uint64_t h) {
-    uint64_t k = mix64(h ^ ((uint64_t)card * 0x9E3779B97F4A7C15ULL));
-    return k ? k : 1;
-}
+static inline uint64_t rkey(uint64_t h) { return h ? h : 1; }
 
-/* The remembered-key table: open addressing, linear probing, backward-shift deletion. A key
- * absent here is exactly "not remembered"; a present one is confirmed against the card's ids. */
-static int rmap_has(const Folder *f, uint64_t k) {
-    for (uint64_t i = k & f->rmask; f->rkey[i]; i = (i + 1) & f->rmask)
-        if (f->rkey[i] == k) return 1;
+/* Open addressing, linear probing, backward-shift deletion. A key absent here is exactly "not
+ * remembered"; a present one is confirmed against the card's stored ids. */
+static int rmap_has(const RMap *m, uint64_t k) {
+    if (!m->cap) return 0;
+    for (uint64_t i = k & (m->cap - 1); m->key[i]; i = (i + 1) & (m->cap - 1))
+        if (m->key[i] == k) return 1;
     return 0;
 }
 
-static void rmap_put(Folder *f, uint64_t k) {
-    uint64_t i = k & f->rmask;
-    while (f->rkey[i] && f->rkey[i] != k) i = (i + 1) & f->rmask;
-    if (!f->rkey[i]) { f->rkey[i] = k; f->rcnt[i] = 0; }
-    f->rcnt[i]++;
+static int rmap_put(RMap *m, uint64_t k);
+
+static int rmap_grow(RMap *m) {
+    uint64_t cap = m->cap ? 2 * m->cap : 8;
+    RMap old = *m;
+    m->key = calloc(cap, sizeof(uint64_t));
+    m->cnt = calloc(cap, sizeof(uint32_t));
+    if (!m->key || !m->cnt) { free(m->key); free(m->cnt); *m = old; return -1; }
+    m->cap = cap; m->size = 0;
+    for (uint64_t i = 0; i < old.cap; i++)
+        if (old.key[i]) {
+            uint64_t j = old.key[i] & (cap - 1);
+            while (m->key[j]) j = (j + 1) & (cap - 1);
+            m->key[j] = old.key[i]; m->cnt[j] = old.cnt[i]; m->size++;
+        }
+    free(old.key); free(old.cnt);
+    return 0;
 }
 
-static void rmap_del(Folder *f, uint64_t k) {
-    uint64_t mask = f->rmask, i = k & mask;
-    while (f->rkey[i] != k) i = (i + 1) & mask;  /* present by construction */
-    if (--f->rcnt[i]) return;
+static int rmap_put(RMap *m, uint64_t k) {
+    if ((m->size + 1) * 2 > m->cap && rmap_grow(m) < 0) return -1;
+    uint64_t i = k & (m->cap - 1);
+    while (m->key[i] && m->key[i] != k) i = (i + 1) & (m->cap - 1);
+    if (!m->key[i]) { m->key[i] = k; m->cnt[i] = 0; m->size++; }
+    m->cnt[i]++;
+    return 0;
+}
+
+static void rmap_del(RMap *m, uint64_t k) {
+    uint64_t mask = m->cap - 1, i = k & mask;
+    while (m->key[i] != k) i = (i + 1) & mask;  /* present by construction */
+    if (--m->cnt[i]) return;
     uint64_t j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (!f->rkey[j]) break;
-        uint64_t home = f->rkey[j] & mask;
+        if (!m->key[j]) break;
+        uint64_t home = m->key[j] & mask;
         int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
         if (stays) continue;
-        f->rkey[i] = f->rkey[j]; f->rcnt[i] = f->rcnt[j]; i = j;
+        m->key[i] = m->key[j]; m->cnt[i] = m->cnt[j]; i = j;
     }
-    f->rkey[i] = 0;
-}
-
-static int rmap_resize(Folder *f, uint64_t size) {
-    uint64_t *key = calloc(size, sizeof(uint64_t));
-    uint32_t *cnt = calloc(size, sizeof(uint32_t));
-    if (!key || !cnt) { free(key); free(cnt); return -1; }
-    free(f->rkey); free(f->rcnt);
-    f->rkey = key; f->rcnt = cnt; f->rmask = size - 1;
-    for (int64_t c = 0; c < f->ncards; c++) {
-        Card *cd = &f->cards[c];
-        for (int64_t p = cd->head; p < cd->n; p++) rmap_put(f, rkey(c, cd->ids[p].h));
-    }
-    return 0;
+    m->key[i] = 0;
+    m->size--;
 }
 
 /* --- one card ---------------------------------------------------------------------------- */
@@ -293,7 +301,7 @@ static void insert(Folder *f, Card *c, int64_t *prims, int *err) {
 static int evict(Folder *f, int64_t card, Card *c) {
     int64_t cutoff = c->max_ts - f->maxw - f->lateness;
     while (c->head < c->n && c->ev[c->head].ts < cutoff) {
-        rmap_del(f, rkey(card, c->ids[c->head].h));
+        rmap_del(&c->rem, rkey(c->ids[c->head].h));
         f->live--;
         c->head++;
     }
@@ -372,7 +380,6 @@ static int Folder_init(Folder *self, PyObject *args, PyObject *kwds) {
     self->width = 3 * self->nw + self->nd + self->ns;
     self->lateness = lateness;
     self->maxw = self->w[self->nw - 1];
-    if (!self->rkey && rmap_resize(self, 1 << 16) < 0) { PyErr_NoMemory(); return -1; }
     return 0;
 }
 
@@ -381,12 +388,12 @@ static void Folder_dealloc(Folder *self) {
         Card *cd = &self->cards[c];
         free(cd->ev);
         free(cd->ids);
+        free(cd->rem.key);
+        free(cd->rem.cnt);
         for (int i = 0; i < MAXW; i++) free(cd->dq[i]);
         for (int j = 0; j < MAXD; j++) imap_free(&cd->cnt[j]);
     }
     free(self->cards);
-    free(self->rkey);
-    free(self->rcnt);
     imap_free(&self->scratch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -456,17 +463,32 @@ static PyObject *Folder_fold(Folder *self, PyObject *args) {
         }
     }
     if (grow_cards(self, (int64_t)maxcard + 1) < 0) { PyErr_NoMemory(); goto done; }
+    /* Cards are independent: take the batch card by card (each card's events in log order) so
+     * that one card's state stays in cache while its events are folded. */
+    int64_t *first = calloc((size_t)maxcard + 2, sizeof(int64_t));
+    int64_t *order = malloc(sizeof(int64_t) * (n ? n : 1));
+    int64_t *rows = malloc(sizeof(int64_t) * (n ? n : 1) * self->width);  /* in `order` */
+    if (!first || !order || !rows) {
+        free(first); free(order); free(rows); PyErr_NoMemory(); goto done;
+    }
+    for (Py_ssize_t e = 0; e < n; e++) first[cards[e] + 1]++;
+    for (int64_t k = 0; k <= maxcard; k++) first[k + 1] += first[k];
+    for (Py_ssize_t e = 0; e < n; e++) order[first[cards[e]]++] = e;
+    free(first);
+    first = malloc(sizeof(int64_t) * (n ? n : 1));
+    if (!first) { free(order); free(rows); PyErr_NoMemory(); goto done; }
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t e = 0; e < n && !err; e++) {
+    for (Py_ssize_t o = 0; o < n && !err; o++) {
+        Py_ssize_t e = order[o];
         int64_t card = cards[e];
         Card *c = &self->cards[card];
         const char *id = ids + offs[e];
         int len = offs[e + 1] - offs[e];
         uint64_t h = id_hash(id, len);
         int64_t live = c->n - c->head, t = ts[e];
-        uint64_t key = rkey(card, h);
-        if (live && rmap_has(self, key) && remembered(c, h, id, len)) {
+        uint64_t key = rkey(h);
+        if (live && rmap_has(&c->rem, key) && remembered(c, h, id, len)) {
             status[e] = REDELIVERED;
             continue;
         }
@@ -485,20 +507,27 @@ static PyObject *Folder_fold(Folder *self, PyObject *args) {
         xi->h = h; xi->len = (uint8_t)len;
         memcpy(xi->id, id, len);
         for (int fi = 0; fi < self->nf; fi++) x->v[fi] = ((const int32_t *)vb[fi].b.buf)[e];
-        int64_t p[MAXW * 3 + MAXD + MAXS];
+        int64_t *p = rows + (int64_t)o * self->width;
         if (!live || t >= c->max_ts) append(self, c, p, live, &err);
         else insert(self, c, p, &err);
         if (err) break;
-        for (int k = 0; k < self->width; k++) prims[(int64_t)k * n + e] = p[k];  /* by column */
-        rmap_put(self, key);
+        if (rmap_put(&c->rem, key) < 0) { err = 1; break; }
         self->live++;
         if (evict(self, card, c) < 0) { err = 1; break; }
-        if ((uint64_t)self->live * 2 > self->rmask + 1 && rmap_resize(self, 2 * (self->rmask + 1)) < 0) {
-            err = 1; break;
-        }
         status[e] = ACCEPTED;
     }
+    if (!err) {  /* back to log order, by column: one row read, `width` sequential writes */
+        for (Py_ssize_t o = 0; o < n; o++) first[order[o]] = o;  /* first: now the rank */
+        for (Py_ssize_t e = 0; e < n; e++) {
+            if (status[e] != ACCEPTED) continue;
+            const int64_t *row = rows + first[e] * self->width;
+            for (int k = 0; k < self->width; k++) prims[(int64_t)k * n + e] = row[k];
+        }
+    }
     Py_END_ALLOW_THREADS
+    free(first);
+    free(order);
+    free(rows);
     if (err) { PyErr_NoMemory(); goto done; }
     result = Py_None;
     Py_INCREF(result);
