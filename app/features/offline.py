@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from app.features import kernel
 from app.features.declaration import FEATURE_DTYPES, FEATURE_NAMES
-from app.features.source import Batch, LogReader
+from app.features.source import BATCH_ROWS, Batch, LogReader
 from app.features.vector import derive_columns
 from app.transactions.contract import DEFAULT_MAX_BYTES
 from app.transactions.logfile import iter_messages
@@ -82,8 +82,9 @@ class FeaturePass:
     """One pass over a log: iterate it for feature batches, then read the counts or `result`."""
 
     def __init__(self, source: Source, *, allowed_lateness_ms: int, now_ms: int,
-                 max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None) -> None:
-        self.reader = LogReader(source, now_ms=now_ms, max_bytes=max_bytes)
+                 max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
+                 batch_rows: int = BATCH_ROWS) -> None:
+        self.reader = LogReader(source, now_ms=now_ms, max_bytes=max_bytes, batch_rows=batch_rows)
         self._fold = kernel.Fold(allowed_lateness_ms=allowed_lateness_ms)
         self._progress = progress
         self.schema = feature_schema()
