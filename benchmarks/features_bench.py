@@ -1,13 +1,21 @@
-"""Feature-layer benchmark: apply cost vs window density, state bytes, codec cost, offline rate.
+"""Feature-layer benchmark: apply cost vs window density, state bytes, codec cost, offline rate,
+and the offline evaluator against DuckDB's plain window query on the same Parquet logs.
 
 Run from the repo root: python -m benchmarks.features_bench [--offline-events 1000000] [--seed 7]
-Figures are ratios against the sparsest density measured in the same process; no assertions.
+    [--vs-duckdb LOG.parquet ...] [--repeat 2]
+Density figures are ratios against the sparsest density measured in the same process; the
+DuckDB figures are ratios against DuckDB run side by side (alternating, each run in its own
+process so peak memory is its own). No assertions.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import resource
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -154,12 +162,83 @@ def offline_figures(n: int, rng: random.Random) -> None:
           f"({parse_s / total_s:.0%} of the total)")
 
 
+_WINDOWS = (("w1m", 60_000), ("w5m", 300_000), ("w1h", 3_600_000), ("w24h", 86_400_000))
+
+
+def duckdb_query(path: str) -> str:
+    """The plain windows a data scientist would write: no arrival order, lateness, redelivery."""
+    cols = [f"{agg} OVER {name}" for name, _ in _WINDOWS
+            for agg in ("count(*)", "sum(amount_minor)", "max(amount_minor)")]
+    cols += ["count(DISTINCT merchant_id) OVER w1h", "count(DISTINCT country) OVER w24h",
+             "ts_ms - lag(ts_ms) OVER (PARTITION BY card_id ORDER BY ts_ms)"]
+    windows = ", ".join(f"{name} AS (PARTITION BY card_id ORDER BY ts_ms RANGE BETWEEN "
+                        f"{ms - 1} PRECEDING AND CURRENT ROW)" for name, ms in _WINDOWS)
+    return (f"SELECT txn_id, card_id, ts_ms, {', '.join(cols)} "
+            f"FROM read_parquet('{path}') WINDOW {windows}")
+
+
+def _one(engine: str, path: str) -> None:
+    """One timed run in this process; prints {seconds, rows, peak_rss_mb} as JSON."""
+    rows = 0
+    t0 = time.perf_counter()
+    if engine == "duckdb":
+        import duckdb
+
+        reader = duckdb.connect().execute(duckdb_query(path)).to_arrow_reader(262_144)
+        for batch in reader:
+            rows += batch.num_rows
+    else:
+        from app.features.offline import FeaturePass
+
+        run = FeaturePass(path, allowed_lateness_ms=L, now_ms=int(time.time() * 1000))
+        for batch in run:
+            rows += batch.num_rows
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "rows": rows, "peak_rss_mb": peak}))
+
+
+def duckdb_figures(paths: list[str], repeat: int) -> None:
+    """Our offline evaluator vs DuckDB's window query on each Parquet log, alternating runs."""
+    import pyarrow.parquet as pq
+
+    print("\noffline evaluator vs DuckDB plain windows (same file, runs alternate, best of "
+          f"{repeat}; events/s over the file's rows)")
+    print(f"{'log':>28} {'events':>11} {'ours ev/s':>11} {'ours MB':>8} {'duckdb ev/s':>12} "
+          f"{'duckdb MB':>9} {'ratio':>6}")
+    for path in paths:
+        events = pq.ParquetFile(path).metadata.num_rows
+        best: dict[str, dict[str, float]] = {}
+        for _ in range(repeat):
+            for engine in ("ours", "duckdb"):
+                out = subprocess.run([sys.executable, "-m", "benchmarks.features_bench", "--one",
+                                      engine, path], check=True, capture_output=True, text=True)
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                if engine not in best or got["seconds"] < best[engine]["seconds"]:
+                    best[engine] = got
+        ours, duck = best["ours"], best["duckdb"]
+        print(f"{path[-28:]:>28} {events:>11,} {events / ours['seconds']:>11,.0f} "
+              f"{ours['peak_rss_mb']:>8,.0f} {events / duck['seconds']:>12,.0f} "
+              f"{duck['peak_rss_mb']:>9,.0f} {duck['seconds'] / ours['seconds']:>6.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--offline-events", type=int, default=1_000_000)
     parser.add_argument("--timed-events", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--vs-duckdb", nargs="*", default=[], metavar="LOG.parquet",
+                        help="Parquet logs (fraudstream generate) to race against DuckDB; "
+                        "with this, only that comparison runs.")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--one", nargs=2, metavar=("ENGINE", "LOG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        _one(*args.one)
+        return
+    if args.vs_duckdb:
+        duckdb_figures(args.vs_duckdb, args.repeat)
+        return
     rng = random.Random(args.seed)
     density_figures(rng, args.timed_events)
     if args.offline_events:

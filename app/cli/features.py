@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,21 +37,50 @@ def _offline_options(fn: F) -> F:
                         ".parquet.")(fn)
 
 
+@contextmanager
+def progress_bar(events: Path) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr over the log (rows of Parquet, bytes of JSONL)."""
+    total = _log_size(events)
+    with click.progressbar(length=total, label="features", file=sys.stderr,
+                           show_eta=True, show_percent=True) as bar:
+        yield bar.update
+
+
+def _log_size(events: Path) -> int:
+    if events.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(events).metadata.num_rows)
+    return events.stat().st_size
+
+
+def _check_log(events: Path) -> None:
+    if events.suffix not in (".parquet", ".jsonl", ".ndjson", ".json"):
+        raise click.BadParameter(f"{events}: unknown log format {events.suffix!r} "
+                                 "(expected .jsonl or .parquet)", param_hint="--events")
+
+
 def _run_offline(
-    events: Path, lateness_ms: int | None, now_ms: int | None
+    events: Path, lateness_ms: int | None, now_ms: int | None, out: Path | None = None
 ) -> tuple[OfflineResult, float]:
-    from app.features.offline import compute_features, read_log
+    """Features of the log (streamed to `out` when given, else kept in the result's table)."""
+    from app.features.offline import compute_features, write_features
 
     settings = load_settings()
     lateness = settings.allowed_lateness_ms if lateness_ms is None else lateness_ms
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    try:
-        lines = read_log(events)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--events") from None
+    _check_log(events)
     t0 = time.perf_counter()
-    result = compute_features(lines, allowed_lateness_ms=lateness, now_ms=now,
-                              max_bytes=settings.max_message_bytes)
+    with progress_bar(events) as progress:
+        if out is None:
+            result = compute_features(events, allowed_lateness_ms=lateness, now_ms=now,
+                                      max_bytes=settings.max_message_bytes, progress=progress)
+        else:
+            try:
+                result = write_features(events, out, allowed_lateness_ms=lateness, now_ms=now,
+                                        max_bytes=settings.max_message_bytes, progress=progress)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--out") from None
     return result, time.perf_counter() - t0
 
 
@@ -66,9 +97,11 @@ def _write(table: pa.Table, out: Path) -> None:
 @_offline_options
 @click.option("--out", required=True, type=_OUT, help="Output: .parquet or .jsonl.")
 def features(events: Path, lateness_ms: int | None, now_ms: int | None, out: Path) -> None:
-    """One row of features per accepted transaction, in log order (txn_id, card_id, ts_ms, ...)."""
-    result, seconds = _run_offline(events, lateness_ms, now_ms)
-    _write(result.table, out)
+    """One row of features per accepted transaction, in log order (txn_id, card_id, ts_ms, ...).
+
+    Streamed: memory is one batch plus the cards' states, whatever the log's length.
+    """
+    result, seconds = _run_offline(events, lateness_ms, now_ms, out)
     rate = result.lines / seconds if seconds > 0 else float("inf")
     click.echo(result.summary())
     click.echo(f"{result.lines} events in {seconds:.2f}s ({rate:,.0f} events/s) -> {out}")

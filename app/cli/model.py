@@ -61,7 +61,7 @@ def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction
           hidden: str, max_iter: int, freeze_precision: float, alert_recall: float,
           lateness_ms: int | None, now_ms: int | None, make_default: bool | None) -> None:
     """Train the fraud MLP on the earlier days, evaluate on the later days, export ONNX + card."""
-    from app.features.offline import compute_features, read_log
+    from app.features.offline import compute_features
     from app.features.training_set import build_training_set, read_labels
     from app.scoring.registry import DEFAULT_FILE, ModelRegistry
     from app.scoring.trainer import TrainConfig, train_model
@@ -77,7 +77,7 @@ def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     began = time.perf_counter()
-    offline = compute_features(read_log(events), allowed_lateness_ms=lateness, now_ms=now,
+    offline = compute_features(events, allowed_lateness_ms=lateness, now_ms=now,
                                max_bytes=settings.max_message_bytes)
     try:
         joined = build_training_set(offline, read_labels(labels))

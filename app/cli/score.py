@@ -53,7 +53,7 @@ def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
     Accepted transactions are scored once, in log order, on CPU; malformed and late lines
     yield nothing, nor does a redelivery. decided_at_ms is the transaction's ts_ms.
     """
-    from app.features.offline import read_log
+    from app.cli.features import progress_bar
     from app.scoring.contract import ModelError
     from app.scoring.oracle import run_oracle
     from app.scoring.registry import ModelRegistry
@@ -68,12 +68,17 @@ def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     began = time.perf_counter()
-    run = run_oracle(
-        read_log(events), loaded, thresholds=thresholds,
-        allowed_lateness_ms=settings.allowed_lateness_ms if lateness_ms is None else lateness_ms,
-        now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
-        max_bytes=settings.max_message_bytes,
-    )
+    if events.suffix not in (".parquet", ".jsonl", ".ndjson", ".json"):
+        raise click.BadParameter(f"{events}: unknown log format {events.suffix!r}",
+                                 param_hint="--events")
+    with progress_bar(events) as progress:
+        run = run_oracle(
+            events, loaded, progress=progress, thresholds=thresholds,
+            allowed_lateness_ms=settings.allowed_lateness_ms if lateness_ms is None
+            else lateness_ms,
+            now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+            max_bytes=settings.max_message_bytes,
+        )
     _write_jsonl(out, (a.to_json() for a in run.actions))
     if served_out is not None:
         _write_jsonl(served_out, (orjson.dumps(row) for row in run.served_rows()))

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Final
 
+import numpy as np
+
 from app.features.declaration import FEATURES, Feature, FeatureValue
 
 FeatureVector = tuple[FeatureValue, ...]
@@ -106,3 +108,28 @@ def derive(primitives: Sequence[int], amount: int) -> FeatureVector:
     means = [mean(primitives[slot + 1], primitives[slot]) for slot in _MEANS]
     ratios = [ratio(amount, means[k]) for k in _RATIOS]
     return _pick([*primitives, *means, *ratios])
+
+
+#: Sums above this are not exact in a double: their means are divided as Python ints.
+_EXACT: Final = 2**53
+
+
+def derive_columns(prims: np.ndarray, amounts: np.ndarray) -> list[np.ndarray]:
+    """`derive` over n events at once: prims is LAYOUT.width x n int64, amounts n int64.
+
+    Returns one column per feature (FEATURE_NAMES order), int64 or float64, bit for bit what
+    `derive` gives row by row: a mean is one IEEE division of two doubles, which is Python's
+    correctly rounded int / int whenever both ints are exact doubles (< 2**53); rows whose sum
+    is not are divided in Python. The ratio is float(amount) / mean in both.
+    """
+    means = []
+    for slot in _MEANS:
+        total, count = prims[slot + 1], prims[slot]
+        m = total.astype(np.float64) / count.astype(np.float64)
+        big = np.flatnonzero(total > _EXACT)
+        if big.size:
+            m[big] = [mean(int(total[k]), int(count[k])) for k in big]
+        means.append(m)
+    ratios = [amounts.astype(np.float64) / means[k] for k in _RATIOS]
+    extended = [prims[i] for i in range(LAYOUT.width)] + means + ratios
+    return [extended[i] for i in _PICK_ORDER]

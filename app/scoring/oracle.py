@@ -12,8 +12,9 @@ model ran on the same provider; never by decided_at_ms.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
@@ -82,7 +83,7 @@ def score_table(model: LoadedModel, offline: OfflineResult) -> np.ndarray:
 
 
 def run_oracle(
-    lines: Iterable[bytes],
+    lines: Iterable[bytes] | str | Path,
     model: LoadedModel | ModelRegistry,
     *,
     allowed_lateness_ms: int,
@@ -90,12 +91,13 @@ def run_oracle(
     version: str | None = None,
     thresholds: Thresholds | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    progress: Callable[[int], None] | None = None,
 ) -> OracleRun:
-    """Features → scores → policy over a log, in log order (see the module docstring)."""
+    """Features → scores → policy over a log (raw messages or a log file), in log order."""
     loaded = model if isinstance(model, LoadedModel) else model.load(version)
     policy = loaded.thresholds if thresholds is None else thresholds
     offline = compute_features(lines, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
-                               max_bytes=max_bytes)
+                               max_bytes=max_bytes, progress=progress)
     scores = score_table(loaded, offline)
     table = offline.table
     actions: list[Action] = []
