@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "train": "app.cli.model:train",
     "model": "app.cli.model:model",
     "score": "app.cli.score:score",
+    "watch": "app.cli.watch:watch",
 }
 
 
