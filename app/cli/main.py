@@ -82,6 +82,10 @@ def cli(ctx: click.Context, verbose: int) -> None:
     """fraudstream: real-time card-fraud scoring on Kafka."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ctx.invoked_subcommand == "action-service":
+        # its start line (where it listens) is shown at any level; the service's own INFO
+        # lines (one per request) stay behind -v
+        logging.getLogger("app.cli.action_service").setLevel(min(level, logging.INFO))
     if verbose == 0 and ctx.invoked_subcommand not in SERVICES:
         # A short command explains an unreachable broker in one line of its own; aiokafka's
         # per-attempt connection errors would only repeat it. Services keep them in their logs.

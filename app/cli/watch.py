@@ -18,18 +18,29 @@ from app.settings import Settings, load_settings
               help="The action service [default: FRAUDSTREAM_ACTION_SERVICE_URL].")
 @click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
               help="Seconds between refreshes.")
+@click.option("--demo", "from_demo", is_flag=True,
+              help="Watch the pipeline the newest `fraudstream demo --keep` left running.")
 @click.option("--once", is_flag=True,
               help="Print one screen (after two readings, for rates) and exit.")
 @click.option("--duration", type=click.FloatRange(min=0), default=None,
               help="Stop after this many seconds [default: until Ctrl-C].")
-def watch(workers: tuple[str, ...], service: str | None, interval: float, once: bool,
-          duration: float | None) -> None:
+def watch(workers: tuple[str, ...], service: str | None, interval: float, from_demo: bool,
+          once: bool, duration: float | None) -> None:
     """Events/s in and out, lag per partition, p50/p99 per hop, DLQ, late, effects, model.
 
     Lag is the consumer group FRAUDSTREAM_APP_ID on the transactions topic (with
-    FRAUDSTREAM_TOPIC_PREFIX); `fraudstream demo --keep` prints the command for its run.
+    FRAUDSTREAM_TOPIC_PREFIX); `--demo` watches what `fraudstream demo --keep` left running.
     """
     settings = load_settings()
+    if from_demo:
+        from app.cli.kept import kept_runs
+
+        runs = kept_runs(settings.state_dir)
+        if not runs:
+            raise click.ClickException("no demo run is kept: run `fraudstream demo --keep` first")
+        run = runs[-1]
+        settings = settings.replace(topic_prefix=run.topic_prefix, app_id=run.app_id)
+        workers, service = (run.worker_url,), run.service_url
     urls = list(workers) or [f"http://127.0.0.1:{settings.web_port}"]
     asyncio.run(_watch(settings, urls, service or settings.action_service_url,
                        interval=interval, once=once, duration=duration))

@@ -46,15 +46,12 @@ def render(frame: Frame, *, title: str) -> RenderableType:
     for hop in frame.hops:
         hops.add_row(hop.hop, _ms(hop.p50_s), _ms(hop.p99_s), f"{hop.count:,}")
 
-    outcomes = Table("outcome", "count", title="outcomes", title_justify="left")
-    outcomes.add_row("scored", f"{frame.scored:,}")
-    outcomes.add_row("dead-lettered (transactions.dlq)", f"{frame.dlq:,}")
-    outcomes.add_row("late (transactions.late)", f"{frame.late:,}")
-    service = "" if frame.service_up else " (service not answering)"
-    outcomes.add_row(f"effects applied{service}", f"{frame.effects:,}")
-    outcomes.add_row(f"replays absorbed{service}", f"{frame.replays_absorbed:,}")
+    service = "" if frame.service_up else " (action service not answering)"
+    outcomes = Text(f"scored {frame.scored:,} · dead-lettered {frame.dlq:,} · late "
+                    f"{frame.late:,} · effects applied {frame.effects:,} · replays absorbed "
+                    f"{frame.replays_absorbed:,}{service}")
 
     body = Table.grid(padding=(0, 3))
-    body.add_row(parts, hops, outcomes)
+    body.add_row(parts, hops)
     problems = [Text(f"! {p}", style="yellow") for p in frame.problems]
-    return Group(*head, body, *problems)
+    return Group(*head, outcomes, body, *problems)

@@ -86,5 +86,6 @@ def test_screen_shows_every_part() -> None:
     assert "4 more partitions not shown" in text  # 20 partitions, 16 rows
     for hop in HOPS:
         assert hop in text
-    assert "service not answering" in text
+    assert "scored 600 · dead-lettered 30" in text
+    assert "action service not answering" in text
     assert "the action service's /metrics did not answer" in text
