@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "model": "app.cli.model:model",
     "score": "app.cli.score:score",
     "watch": "app.cli.watch:watch",
+    "chaos": "app.cli.chaos:chaos",
 }
 
 

@@ -125,3 +125,14 @@ def test_bad_environment_variable_is_one_line(monkeypatch: pytest.MonkeyPatch,
     code, lines, _ = _run(["score", "--events", str(events), "--out", str(tmp_path / "o.jsonl")])
     assert code == 1
     assert len(lines) == 1 and "FRAUDSTREAM_ALLOWED_LATENESS_MS" in lines[0]
+
+
+def test_chaos_lists_every_scenario_with_a_description() -> None:
+    from tests.fault.scenarios import SCENARIOS
+
+    result = CliRunner().invoke(cli, ["chaos", "--list"])
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == list(SCENARIOS)
+    assert all(spec.about for spec in SCENARIOS.values())
+    assert "(no description)" not in result.stdout
