@@ -137,7 +137,7 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
         console.rule("[bold]still running (--keep)")
         for line in run.look_around(settings.action_token,
                                     frozen[0]["card_id"] if frozen else None):
-            console.print(line, highlight=False, markup=False)
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     return ok
 
 
