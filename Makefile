@@ -5,20 +5,28 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 FS := $(VENV)/bin/fraudstream
 PYTEST_ARGS ?=
+# `make demo` leaves the worker and the action service running to look around.
+DEMO_ARGS ?= --keep
+# Everything a run writes goes under the state directory, setup's details included.
+STATE_DIR := $(or $(FRAUDSTREAM_STATE_DIR),.fraudstream)
+SETUP_LOG := $(STATE_DIR)/setup.log
 
 .PHONY: setup demo test test-fast test-unit test-fault stack-up stack-down bench lint clean
 
 setup: $(VENV)/.installed
 
+# Quiet: one line per step here, apt's and pip's output in $(SETUP_LOG) (its tail on failure).
 $(VENV)/.installed: pyproject.toml
-	@bash scripts/system-deps.sh
-	@test -x $(PY) || python3 -m venv --system-site-packages $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@mkdir -p $(STATE_DIR) && : > $(SETUP_LOG)
+	@echo "setup: system packages (details in $(SETUP_LOG))"
+	@bash scripts/system-deps.sh >>$(SETUP_LOG) 2>&1 || { tail -n 20 $(SETUP_LOG); echo "setup failed: see $(SETUP_LOG)"; exit 1; }
+	@echo "setup: virtualenv $(VENV) and Python packages"
+	@{ test -x $(PY) || python3 -m venv --system-site-packages $(VENV); } >>$(SETUP_LOG) 2>&1
+	@$(PY) -m pip install --upgrade pip >>$(SETUP_LOG) 2>&1 && $(PY) -m pip install -e '.[dev]' >>$(SETUP_LOG) 2>&1 || { tail -n 20 $(SETUP_LOG); echo "setup failed: see $(SETUP_LOG)"; exit 1; }
 	@touch $@
 
 demo: setup
-	$(FS) demo
+	@$(FS) demo $(DEMO_ARGS)
 
 # Everything: unit, integration (real Kafka and Redis) and the fault suite (about 8 minutes of it).
 test: setup
@@ -44,4 +52,4 @@ lint: setup
 	$(VENV)/bin/ruff check app tests benchmarks
 
 clean:
-	rm -rf $(VENV) .fraudstream
+	rm -rf $(VENV) $(STATE_DIR)

@@ -14,6 +14,10 @@ AppendFsync = Literal["always", "everysec", "no"]
 ScorerDevice = Literal["auto", "cpu", "cuda"]
 
 
+class SettingsError(ValueError):
+    """An environment variable holds a value its setting cannot take."""
+
+
 def _env(name: str, doc: str, default: Any) -> Any:
     """Declare a settings field read from environment variable `name`, documented by `doc`."""
     return field(default=default, metadata={"env": name, "doc": doc})
@@ -266,7 +270,7 @@ def _coerce(raw: str, f: dataclasses.Field[Any]) -> Any:
                 raise ValueError(f"must be one of {', '.join(allowed)}")
         return raw
     except ValueError as exc:
-        raise ValueError(f"environment variable {name}={raw!r}: {exc}") from None
+        raise SettingsError(f"environment variable {name}={raw!r}: {exc}") from None
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -35,7 +35,6 @@ def action_service(port: int | None, host: str, shutdown_timeout: float) -> None
     settings = load_settings()
     if port is not None:
         settings = settings.replace(action_service_port=port)
-    logger.info("action service listening host=%s port=%d", host, settings.action_service_port)
     # run_app turns SIGTERM/SIGINT into a graceful stop: stop accepting, let in-flight
     # requests finish (up to shutdown_timeout), then run cleanup_ctx (closes Redis).
     web.run_app(
@@ -44,6 +43,19 @@ def action_service(port: int | None, host: str, shutdown_timeout: float) -> None
         port=settings.action_service_port,
         shutdown_timeout=shutdown_timeout,
         access_log=None,
-        print=None,
+        print=lambda _banner: logger.info(
+            "action service listening on http://%s:%d (Redis %s, keys kept %d s)", host,
+            settings.action_service_port, _redacted(settings.effective_redis_url),
+            settings.idempotency_ttl_s),
         handle_signals=True,
     )
+
+
+def _redacted(url: str) -> str:
+    """A Redis URL without its password (logs never carry secrets)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"

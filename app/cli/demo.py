@@ -17,10 +17,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from app.cli.kept import KeptRun, kept_runs, stop_run
 from app.settings import Settings, load_settings, settings_environ
 from app.stream import topics
 
 console = Console()
+
+#: Frozen cards listed in the summary; all of them go to <workdir>/frozen-cards.jsonl.
+FROZEN_ROWS = 10
 
 
 @click.command()
@@ -29,10 +33,14 @@ console = Console()
 @click.option("--malformed", default=0.02, show_default=True, help="Fraction of bad messages.")
 @click.option("--seed", default=7, show_default=True)
 @click.option("--down", "stop_stack", is_flag=True, help="Stop Kafka and Redis at the end.")
+@click.option("--keep", is_flag=True,
+              help="Leave the worker and the action service running, and print how to look around.")
+@click.option("--stop", "stop_kept", is_flag=True,
+              help="Only stop what earlier `demo --keep` runs left running, and exit.")
 @click.option("--timeout", "timeout_s", default=240, show_default=True,
               help="Seconds to wait for the worker to drain the log.")
-def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool,
-         timeout_s: int) -> None:
+def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool, keep: bool,
+         stop_kept: bool, timeout_s: int) -> None:
     """Bring the stack up, start a worker, generate and replay a log, summarise what happened.
 
     Each run uses fresh topics (prefix demo-<time>.) so its counts are its own.
@@ -41,6 +49,11 @@ def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool,
     from app.stack.manager import Stack
 
     base = load_settings()
+    if stop_kept:
+        _stop_kept(base)
+        return
+    if keep and stop_stack:
+        raise click.UsageError("--keep and --down are exclusive")
     stack = Stack(base)
     console.rule("[bold]fraudstream demo")
     try:
@@ -60,18 +73,19 @@ def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool,
     ok = False
     try:
         ok = _run(settings, cards=cards, txns=txns, malformed=malformed, seed=seed,
-                  timeout_s=timeout_s)
+                  timeout_s=timeout_s, keep=keep)
     finally:
         if stop_stack:
             console.print(f"stopped: {', '.join(stack.down()) or 'nothing'}")
-        else:
-            console.print("The stack keeps running: [bold]fraudstream stack down[/bold] stops it "
-                          "(or run the demo with --down).")
+        elif not keep:
+            console.print("Kafka and Redis keep running: [bold]fraudstream stack down[/bold] "
+                          "stops them. [bold]fraudstream demo --keep[/bold] also leaves the "
+                          "worker and the action service running to look around.")
     sys.exit(0 if ok else 1)
 
 
 def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: int,
-         timeout_s: int) -> bool:
+         timeout_s: int, keep: bool) -> bool:
     from app.datagen.config import GeneratorConfig
     from app.datagen.generator import generate_log
     from app.stream.inspect import read_topic, topic_sizes
@@ -92,10 +106,13 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
                   f"{counts.malformed} malformed, {counts.redelivered} redelivered, "
                   f"{counts.fraud} labelled fraud  → {workdir / 'txns.jsonl'}")
 
+    web_port = _free_port()
     service = _spawn(settings, workdir, "action-service",
-                     ["action-service", "--port", str(settings.action_service_port)])
-    worker = _spawn(settings, workdir, "worker", ["worker", "--loglevel", "WARNING"])
+                     ["action-service", "--port", str(settings.action_service_port)], keep)
+    worker = _spawn(settings, workdir, "worker",
+                    ["worker", "--loglevel", "WARNING", "--web-port", str(web_port)], keep)
     procs = {"action service": service, "worker": worker}
+    ok = False
     try:
         sent = asyncio.run(replay_messages(settings, lines))
         console.print(f"replayed {sent.sent} messages at {sent.rate:,.0f} msg/s")
@@ -106,10 +123,22 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
         dlq = asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS_DLQ)))
         actions = asyncio.run(read_topic(settings, settings.topic(topics.ACTIONS)))
         frozen = _frozen_cards(settings, actions)
+        ok = render_summary(settings, sizes, dlq, actions, frozen, workdir)
     finally:
-        for proc in procs.values():
-            _stop(proc)
-    return render_summary(settings, sizes, dlq, actions, frozen)
+        if not (keep and ok):
+            for proc in procs.values():
+                _stop(proc)
+    if keep and ok:
+        run = KeptRun(workdir=str(workdir), topic_prefix=settings.topic_prefix,
+                      app_id=settings.app_id, service_url=settings.action_service_url,
+                      worker_url=f"http://127.0.0.1:{web_port}",
+                      pids={name: p.pid for name, p in procs.items()})
+        run.save()
+        console.rule("[bold]still running (--keep)")
+        for line in run.look_around(settings.action_token,
+                                    frozen[0]["card_id"] if frozen else None):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    return ok
 
 
 def _wait_drained(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], workdir: Path,
@@ -149,29 +178,38 @@ def _frozen_cards(settings: Settings, actions: list) -> list[dict]:  # noqa: ANN
 
 
 def render_summary(settings: Settings, sizes: dict[str, int], dlq: list, actions: list,
-                   frozen: list[dict]) -> bool:
+                   frozen: list[dict], workdir: Path | None = None) -> bool:
     """Print what the run did; True when every message is accounted for."""
     import orjson
 
     table = Table("topic", "messages", title="What the pipeline wrote")
     for name, size in sizes.items():
-        table.add_row(name, str(size))
+        table.add_row(name.removeprefix(settings.topic_prefix), f"{size:,}")
     console.print(table)
     reasons = Counter(r.headers.get("fraudstream.reason_code", "?") for r in dlq)
-    rt = Table("DLQ reason", "count", title="Dead-lettered transactions")
-    for reason, n in reasons.most_common():
-        rt.add_row(reason, str(n))
-    console.print(rt)
+    console.print("dead-lettered by reason: " + (", ".join(
+        f"{reason} {n}" for reason, n in reasons.most_common()) or "none"), highlight=False)
     keys = {orjson.loads(r.value)["idempotency_key"]: orjson.loads(r.value)["type"] for r in actions}
     by_type = Counter(keys.values())
     ft = Table("card", "status", "frozen by txn", "alerts", title=f"Frozen cards ({len(frozen)})")
-    for view in frozen[:15]:
+    for view in frozen[:FROZEN_ROWS]:
         ft.add_row(view["card_id"], view["status"], str(view.get("txn_id")),
                    str(view.get("alerts_total", len(view.get("alerts", [])))))
+    if len(frozen) > FROZEN_ROWS:
+        where = f": all in {workdir / 'frozen-cards.jsonl'}" if workdir else ""
+        ft.caption = f"the first {FROZEN_ROWS} of {len(frozen)}{where}"
+    if workdir is not None:
+        (workdir / "frozen-cards.jsonl").write_bytes(b"".join(orjson.dumps(v) + b"\n"
+                                                              for v in frozen))
     console.print(ft)
-    console.print(f"actions: {by_type.get('freeze_card', 0)} freeze_card, "
-                  f"{by_type.get('alert_customer', 0)} alert_customer "
-                  f"({len(actions) - len(keys)} re-sent copies absorbed by the action service)")
+    freezes = by_type.get("freeze_card", 0)
+    console.print(f"actions: {freezes} freeze_card, {by_type.get('alert_customer', 0)} "
+                  f"alert_customer ({len(actions) - len(keys)} re-sent copies absorbed by the "
+                  f"action service)")
+    if freezes > len(frozen):
+        console.print(f"  {freezes} freeze decisions for {len(frozen)} cards: every transaction "
+                      f"scored above the freeze threshold decides a freeze; the first freezes "
+                      f"the card, the later ones find it frozen already.", highlight=False)
     source = sizes[settings.topic(topics.TRANSACTIONS)]
     served = sizes[settings.topic(topics.FEATURES_SERVED)]
     late = sizes[settings.topic(topics.TRANSACTIONS_LATE)]
@@ -183,14 +221,28 @@ def render_summary(settings: Settings, sizes: dict[str, int], dlq: list, actions
     return balanced
 
 
-def _spawn(settings: Settings, workdir: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-    """A demo child process, logging to workdir/NAME.log, ended by its PID when the demo ends."""
+def _spawn(settings: Settings, workdir: Path, name: str, args: list[str],
+           keep: bool) -> subprocess.Popen[bytes]:
+    """A demo child process, logging to workdir/NAME.log, ended by its PID when the demo ends.
+
+    A kept one runs in its own session so that Ctrl-C in the demo's terminal does not reach it.
+    """
     env = settings_environ(settings)
     env["PYTHONUNBUFFERED"] = "1"
     with open(workdir / f"{name}.log", "ab") as out:
         return subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "app.cli.main", *args],
+            [sys.executable, "-m", "app.cli.main", *args], start_new_session=keep,
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def _stop_kept(settings: Settings) -> None:
+    runs = kept_runs(settings.state_dir)
+    if not runs:
+        console.print("no demo run left anything running")
+    for run in runs:
+        stopped = stop_run(run)
+        console.print(f"{run.topic_prefix.rstrip('.')}: stopped "
+                      f"{', '.join(stopped) or 'nothing (already gone)'}")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

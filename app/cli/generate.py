@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from app.cli.errors import require_parent_dir
 from app.datagen.config import DEFAULT_START_MS, MAX_DAYS, GeneratorConfig, parse_time_ms
 from app.datagen.generator import generate_log
 from app.datagen.log import LogCounts
@@ -81,6 +82,8 @@ def generate(
             "Parquet cannot hold malformed messages; use a .jsonl output or --malformed 0",
             param_hint="--malformed",
         )
+    require_parent_dir(out, "--out")
+    require_parent_dir(labels, "--labels")
     settings = load_settings()
     try:
         config = GeneratorConfig(

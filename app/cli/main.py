@@ -7,6 +7,7 @@ import logging
 
 import click
 
+from app.cli.errors import explain
 from app.settings import describe_settings
 
 #: command name -> "module:attribute"; modules load lazily so `fraudstream --help` stays fast
@@ -26,7 +27,13 @@ COMMANDS: dict[str, str] = {
     "train": "app.cli.model:train",
     "model": "app.cli.model:model",
     "score": "app.cli.score:score",
+    "watch": "app.cli.watch:watch",
+    "chaos": "app.cli.chaos:chaos",
 }
+
+
+#: Long-running commands: their logs are for operators and keep every library's warnings.
+SERVICES: frozenset[str] = frozenset({"worker", "dispatcher", "action-service"})
 
 
 class LazyGroup(click.Group):
@@ -48,6 +55,18 @@ class LazyGroup(click.Group):
             raise
         return getattr(module, attr)
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; an expected failure becomes one line and exit 1 (`-v`: traceback)."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            line = explain(exc)
+            if line is None or ctx.params.get("verbose", 0) > 0:
+                raise
+            raise click.ClickException(line) from None
+
 
 def _settings_epilog() -> str:
     lines = ["\b", "Environment variables (all optional):"]
@@ -57,11 +76,21 @@ def _settings_epilog() -> str:
 
 
 @click.group(cls=LazyGroup, epilog=_settings_epilog(), context_settings={"max_content_width": 120})
-@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def cli(verbose: int) -> None:
+@click.option("-v", "--verbose", count=True,
+              help="More log output (-v info, -vv debug); a failure shows its traceback.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
     """fraudstream: real-time card-fraud scoring on Kafka."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ctx.invoked_subcommand == "action-service":
+        # its start line (where it listens) is shown at any level; the service's own INFO
+        # lines (one per request) stay behind -v
+        logging.getLogger("app.cli.action_service").setLevel(min(level, logging.INFO))
+    if verbose == 0 and ctx.invoked_subcommand not in SERVICES:
+        # A short command explains an unreachable broker in one line of its own; aiokafka's
+        # per-attempt connection errors would only repeat it. Services keep them in their logs.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ def replay(file: Path, rate: float | None, as_fast: bool, topic: str | None) -> 
     total = sum(1 for _ in iter_messages(file))
     with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]:>9.0f} msg/s"), TimeRemainingColumn(),
-                  console=console, transient=False) as progress:
+                  console=console, transient=True) as progress:
         task = progress.add_task("replay", total=total, rate=0.0)
 
         def advance(done: int) -> None:

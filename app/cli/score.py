@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 import orjson
 
+from app.cli.errors import require_parent_dir
 from app.settings import load_settings
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -58,6 +59,8 @@ def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
     from app.scoring.oracle import run_oracle
     from app.scoring.registry import ModelRegistry
 
+    for path, option in ((out, "--out"), (served_out, "--served-out")):
+        require_parent_dir(path, option)
     settings = load_settings()
     registry = ModelRegistry(settings.model_dir if model_dir is None else model_dir, device="cpu")
     try:
@@ -79,6 +82,10 @@ def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
             now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
             max_bytes=settings.max_message_bytes,
         )
+    if run.offline.accepted == 0:
+        raise click.ClickException(
+            f"no valid transaction in {events} ({run.offline.summary()}): nothing scored, "
+            f"{out} not written; is it a transaction log?")
     _write_jsonl(out, (a.to_json() for a in run.actions))
     if served_out is not None:
         _write_jsonl(served_out, (orjson.dumps(row) for row in run.served_rows()))

@@ -11,9 +11,11 @@ from rich.table import Table
 
 from app.settings import load_settings
 from app.stack.kafka import StackError
-from app.stack.manager import Stack
+from app.stack.manager import Stack, StackFailures
 
 console = Console(stderr=True)
+#: Tables and reports a person asked for go to stdout; failures to stderr.
+out = Console()
 
 
 @click.group()
@@ -27,11 +29,19 @@ def up() -> None:
     st = Stack(load_settings())
     try:
         report = st.up()
+    except StackFailures as exc:
+        for name, why in exc.failures.items():
+            first, _, rest = why.partition("\n")
+            console.print(f"[red]stack up: {name} failed:[/red] {first}", highlight=False,
+                          soft_wrap=True)
+            if rest:
+                console.print(rest, markup=False, highlight=False)
+        sys.exit(1)
     except StackError as exc:
         console.print(f"[red]stack up failed:[/red] {exc}")
         sys.exit(1)
     started = ", ".join(report.started) or "nothing (already running or external)"
-    console.print(f"started: {started}; topics created: {len(report.topics.created)}, "
+    out.print(f"started: {started}; topics created: {len(report.topics.created)}, "
                   f"existing: {len(report.topics.existing)}; ready in {report.seconds['total']:.1f}s")
     _print_status(st)
 
@@ -40,7 +50,7 @@ def up() -> None:
 def down() -> None:
     """Stop, by pid, the services `stack up` started."""
     stopped = Stack(load_settings()).down()
-    console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+    out.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
 
 
 @stack.command()
@@ -60,7 +70,7 @@ def _print_status(st: Stack) -> None:
     table = Table("service", "address", "state")
     for svc in st.status():
         table.add_row(svc.name, svc.address, svc.state)
-    console.print(table)
+    out.print(table)
 
 
 @click.command()
@@ -69,4 +79,4 @@ def topics() -> None:
     from app.stream.topics import ensure_topics
 
     plan = asyncio.run(ensure_topics(load_settings()))
-    console.print(f"created: {list(plan.created)}; existing: {list(plan.existing)}")
+    out.print(f"created: {list(plan.created)}; existing: {list(plan.existing)}")

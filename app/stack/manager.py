@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.settings import Settings
-from app.stack.kafka import KafkaNode
+from app.stack.kafka import KafkaNode, StackError
 from app.stack.redis import RedisNode
 from app.stream.topics import TopicPlan, ensure_topics
 
@@ -40,6 +42,21 @@ class UpReport:
     seconds: dict[str, float]
 
 
+class StackFailures(StackError):
+    """Every service that failed to come up, each with its reason (one line each)."""
+
+    def __init__(self, failures: dict[str, str]) -> None:
+        self.failures = failures
+        super().__init__("; ".join(f"{name}: {why}" for name, why in failures.items()))
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something already accepts connections on host:port."""
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
 class Stack:
     """Kafka and Redis for local runs; services named in the environment are left alone."""
 
@@ -61,28 +78,65 @@ class Stack:
         return s.redis_url in (None, s.local_redis_url)
 
     def up(self) -> UpReport:
-        """Start what is ours and not running, wait for real answers, create topics. Idempotent."""
+        """Start what is ours and not running, wait for real answers, create topics. Idempotent.
+
+        Each service is tried even when another failed; StackFailures names every one that did
+        not come up and why. Topics are created only when Kafka is up.
+        """
         started: list[str] = []
+        failures: dict[str, str] = {}
         seconds: dict[str, float] = {}
         t0 = time.monotonic()
+
+        def attempt(name: str, step: Callable[[], object]) -> object:
+            if name in failures:
+                return None
+            try:
+                return step()
+            except (StackError, RuntimeError, OSError) as exc:
+                failures[name] = str(exc)
+                return None
+
         if self.manages_kafka:
-            self.kafka.ensure_jars()
+            attempt("kafka", self.kafka.ensure_jars)
             seconds["jars"] = time.monotonic() - t0
-        if self.manages_redis and self.redis.start():
-            started.append("redis")
-        if self.manages_kafka and self.kafka.start():
-            started.append("kafka")
+        if self.manages_redis:
+            attempt("redis", lambda: self._port_free("redis", self.redis.process.pid(),
+                                                     [self.settings.redis_port], "REDIS_URL",
+                                                     "FRAUDSTREAM_REDIS_PORT"))
+            if attempt("redis", self.redis.start):
+                started.append("redis")
+        if self.manages_kafka:
+            ports = [self.settings.kafka_port, self.settings.kafka_controller_port]
+            attempt("kafka", lambda: self._port_free("kafka", self.kafka.process.pid(), ports,
+                                                     "KAFKA_BOOTSTRAP",
+                                                     "FRAUDSTREAM_KAFKA_PORT"))
+            if attempt("kafka", self.kafka.start):
+                started.append("kafka")
         t1 = time.monotonic()
         if self.manages_redis:
-            self.redis.wait_ready()
+            attempt("redis", self.redis.wait_ready)
         if self.manages_kafka:
-            self.kafka.wait_ready()
+            attempt("kafka", self.kafka.wait_ready)
         seconds["ready"] = time.monotonic() - t1
+        if failures:
+            raise StackFailures(failures)
         t2 = time.monotonic()
         plan = asyncio.run(ensure_topics(self.settings))
         seconds["topics"] = time.monotonic() - t2
         seconds["total"] = time.monotonic() - t0
         return UpReport(tuple(started), plan, seconds)
+
+    @staticmethod
+    def _port_free(name: str, our_pid: int | None, ports: list[int], use_var: str,
+                   port_var: str) -> None:
+        """Refuse to start `name` on a port another process (not our pid file's) holds."""
+        if our_pid is not None:
+            return
+        for port in ports:
+            if port_taken(port):
+                raise StackError(f"port {port} is taken by another process (another stack?): "
+                                 f"use it with {use_var}, or pick a free port with {port_var}")
 
     def down(self) -> list[str]:
         """Stop, by pid, only the services that `up` started."""

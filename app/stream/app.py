@@ -73,6 +73,7 @@ def create_app(
     check_faust_version()
     port = web_port or settings.web_port
     datadir = settings.state_dir.resolve() / f"worker-{port}"
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     app = faust.App(
         settings.app_id,
         broker=broker_url(settings.effective_kafka_bootstrap),

@@ -13,7 +13,7 @@ import orjson
 from app.scoring.registry import LoadedModel
 from app.settings import Settings
 from app.stream import topics
-from app.stream.inspect import read_topic
+from app.stream.inspect import read_topic, start_or_close
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ async def publish_activation(settings: Settings, version: str) -> None:
 
     producer = AIOKafkaProducer(bootstrap_servers=settings.effective_kafka_bootstrap, acks="all",
                                 enable_idempotence=True)
-    await producer.start()
+    await start_or_close(producer)
     try:
         value = orjson.dumps({"version": version, "activated_at_ms": time.time_ns() // 1_000_000})
         await producer.send_and_wait(settings.topic(topics.CONTROL), value=value,

@@ -24,6 +24,20 @@ class Record:
     timestamp_ms: int = 0
 
 
+async def start_or_close(client: Any, *, timeout_s: float | None = None) -> None:  # noqa: ANN401
+    """Start an aiokafka client; if that fails (broker unreachable), close it before raising.
+
+    A client whose start failed still holds a connection pool: closing it here keeps an
+    "Unclosed AIOKafka..." warning from following the real error.
+    """
+    try:
+        await asyncio.wait_for(client.start(), timeout_s)
+    except BaseException:
+        close = getattr(client, "stop", None) or client.close
+        await close()
+        raise
+
+
 @asynccontextmanager
 async def admin_client(settings: Settings, *, timeout_s: float = 30.0) -> AsyncIterator[Any]:
     """A started aiokafka admin client for the settings' cluster, closed on exit."""
@@ -31,7 +45,7 @@ async def admin_client(settings: Settings, *, timeout_s: float = 30.0) -> AsyncI
 
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap,
                                 request_timeout_ms=int(timeout_s * 1000))
-    await asyncio.wait_for(admin.start(), timeout_s)
+    await start_or_close(admin, timeout_s=timeout_s)
     try:
         yield admin
     finally:
@@ -54,7 +68,7 @@ async def topic_sizes(settings: Settings, names: Iterable[str]) -> dict[str, int
 
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
                                 enable_auto_commit=False)
-    await consumer.start()
+    await start_or_close(consumer)
     try:
         await consumer._client.force_metadata_update()  # noqa: SLF001 - no public equivalent
         out = {}
@@ -72,7 +86,7 @@ async def read_topic(settings: Settings, topic: str, *, timeout_s: float = 60.0)
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 max_partition_fetch_bytes=4 * 1024 * 1024)
-    await consumer.start()
+    await start_or_close(consumer)
     records: list[Record] = []
     try:
         await consumer._client.force_metadata_update()  # noqa: SLF001
@@ -108,7 +122,7 @@ async def group_lag(settings: Settings, group: str, topic: str) -> int:
     async with admin_client(settings) as admin:
         consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
                                     enable_auto_commit=False)
-        await consumer.start()
+        await start_or_close(consumer)
         try:
             await consumer._client.force_metadata_update()  # noqa: SLF001
             ends = await _end_offsets(consumer, topic)

@@ -88,11 +88,24 @@ async def drop_topics(settings: Settings, *, timeout_s: float = 30.0) -> tuple[s
 
 
 async def _wait_visible(admin: object, names: list[str], timeout_s: float) -> None:
+    """Wait until every partition of `names` has an elected leader.
+
+    A topic listed by the controller can still answer NotLeaderForPartition for a moment; a
+    producer that starts then logs a warning per partition and retries. Ready means leaders.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while loop.time() < deadline:
         present = set(await admin.list_topics())  # type: ignore[attr-defined]
-        if all(n in present for n in names):
+        if all(n in present for n in names) and await _leaders_elected(admin, names):
             return
         await asyncio.sleep(0.2)  # poll with a deadline
-    raise TimeoutError(f"topics not visible after {timeout_s:.0f}s: {names}")
+    raise TimeoutError(f"topics without a leader after {timeout_s:.0f}s: {names}")
+
+
+async def _leaders_elected(admin: object, names: list[str]) -> bool:
+    described = await admin.describe_topics(names)  # type: ignore[attr-defined]
+    return len(described) == len(names) and all(
+        t.get("error_code", 0) == 0 and t["partitions"]
+        and all(p.get("leader", -1) >= 0 and p.get("error_code", 0) == 0 for p in t["partitions"])
+        for t in described)

@@ -10,6 +10,10 @@ import orjson
 from app.transactions.contract import FIELDS
 
 
+class LogFileError(ValueError):
+    """A log file that cannot be read as what its name says (a corrupt or foreign Parquet file)."""
+
+
 def iter_messages(path: str | Path) -> Iterator[bytes]:
     """Each message of a log as the bytes a producer would send, in file order.
 
@@ -27,14 +31,19 @@ def iter_messages(path: str | Path) -> Iterator[bytes]:
 
 
 def _parquet_messages(path: Path) -> Iterator[bytes]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
-    for batch in pf.iter_batches(batch_size=65_536):
-        cols = [c for c in FIELDS if c in batch.schema.names]
-        data = batch.select(cols).to_pylist()
-        for row in data:
-            yield orjson.dumps(row)
+    try:
+        pf = pq.ParquetFile(path)
+        batches = pf.iter_batches(batch_size=65_536)
+        for batch in batches:
+            cols = [c for c in FIELDS if c in batch.schema.names]
+            for row in batch.select(cols).to_pylist():
+                yield orjson.dumps(row)
+    except pa.ArrowException as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise LogFileError(f"{path} is not a readable Parquet file ({reason})") from None
 
 
 def card_key(message: bytes) -> bytes | None:

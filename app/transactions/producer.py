@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from app.settings import Settings
 from app.stream import topics
+from app.stream.inspect import start_or_close
 from app.transactions.logfile import card_key
 
 
@@ -50,7 +51,7 @@ async def replay_messages(
         request_timeout_ms=60_000,
     )
     name = topic or settings.topic(topics.TRANSACTIONS)
-    await producer.start()
+    await start_or_close(producer)
     sent = errors = 0
     pending: list[asyncio.Future[object]] = []
     t0 = time.monotonic()

@@ -30,6 +30,7 @@ class Scenario:
     prepare: Callable[[Topology], None] | None = None
     needs_local: str | None = None  # "kafka" / "redis": skipped when that service is external
     kills: bool = False  # must show redelivered work after recovery
+    about: str = ""  # one line for `fraudstream chaos --list`
 
 
 def _at(topo: Topology, fraction: float) -> None:
@@ -177,17 +178,32 @@ def rollout_mid_stream(topo: Topology) -> None:
 
 SCENARIOS: dict[str, Scenario] = {
     "worker-kill-5x": Scenario(kill_worker_five_times, {"txns": 50_000, "rate": 5_000.0},
-                               kills=True),
-    "worker-dies": Scenario(kill_worker_for_good, kills=True),
+                               kills=True, about="SIGKILL a worker five times while 50k "
+                               "transactions stream in at 5k/s"),
+    "worker-dies": Scenario(kill_worker_for_good, kills=True,
+                            about="SIGKILL one of two workers for good: the other takes over"),
     # the same on the RocksDB card store (every other scenario runs on the memory store)
-    "worker-dies-rocksdb": Scenario(kill_worker_for_good, {"store": "rocksdb"}, kills=True),
-    "rolling-restart": Scenario(rolling_restart),  # SIGTERM: a clean handover may re-read nothing
-    "service-kill": Scenario(kill_action_service, kills=True),
-    "service-503-stall": Scenario(unavailable_then_stalled, prepare=_use_proxy),
-    "redis-restart": Scenario(restart_redis, needs_local="redis"),
-    "kafka-restart": Scenario(restart_kafka, needs_local="kafka"),
-    "reread-new-group": Scenario(reread_under_new_group, {"txns": 10_000}),
-    "poison": Scenario(no_fault, {"malformed": 0.05}),
-    "rollout": Scenario(rollout_mid_stream, prepare=_rollout_models),
-    "upstream-redelivery": Scenario(no_fault, {"redelivery": 0.05}),
+    "worker-dies-rocksdb": Scenario(kill_worker_for_good, {"store": "rocksdb"}, kills=True,
+                                    about="worker-dies with the RocksDB card store"),
+    # SIGTERM: a clean handover may re-read nothing
+    "rolling-restart": Scenario(rolling_restart,
+                                about="SIGTERM and restart each worker in turn (clean hand-over)"),
+    "service-kill": Scenario(kill_action_service, kills=True,
+                             about="SIGKILL the action service for 10 s: dispatch retries"),
+    "service-503-stall": Scenario(unavailable_then_stalled, prepare=_use_proxy,
+                                  about="the action service answers 503, then stalls 20 s "
+                                  "(a fault proxy)"),
+    "redis-restart": Scenario(restart_redis, needs_local="redis",
+                              about="restart the local Redis (AOF) mid-stream"),
+    "kafka-restart": Scenario(restart_kafka, needs_local="kafka",
+                              about="restart the local Kafka broker mid-stream"),
+    "reread-new-group": Scenario(reread_under_new_group, {"txns": 10_000},
+                                 about="re-read the whole log under a new consumer group: "
+                                 "no effect twice"),
+    "poison": Scenario(no_fault, {"malformed": 0.05},
+                       about="5% malformed messages: all dead-lettered, none stops the agent"),
+    "rollout": Scenario(rollout_mid_stream, prepare=_rollout_models,
+                        about="activate another model version mid-stream, no restart"),
+    "upstream-redelivery": Scenario(no_fault, {"redelivery": 0.05},
+                                    about="5% of transactions delivered twice by the producer"),
 }

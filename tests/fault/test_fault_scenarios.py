@@ -13,7 +13,8 @@ from tests.support.topology import run_scenario
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 
-REPORT = Path(".fraudstream") / "fault-report.txt"
+#: Appended under the state directory (FRAUDSTREAM_STATE_DIR), like everything a run writes.
+REPORT_NAME = "fault-report.txt"
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -27,8 +28,9 @@ def test_scenario(name: str, stack_settings: Settings, tmp_path: Path,
         pytest.skip("Redis is external: this scenario restarts the local server")
     report = run_scenario(stack_settings, tmp_path, name, scenario.fault,
                           prepare=scenario.prepare, **scenario.params)
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    with REPORT.open("a") as out:
+    report_path = stack_settings.state_dir / REPORT_NAME
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    with report_path.open("a") as out:
         out.write(report.line() + "\n")
     with capsys.disabled():
         print(f"\n  {report.line()}")

@@ -114,7 +114,10 @@ def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker",
     port = free_port()
     argv = [sys.executable, "-m", "app.cli.main", "worker", "--web-port", str(port),
             "--loglevel", "INFO", "--dispatch" if dispatch else "--no-dispatch"]
-    return Spawned(argv, settings_env(settings), tmp / f"{name}-{port}.log", port)
+    # the worker's data directory (worker-<port>) goes to the test's tmp dir, which pytest
+    # prunes, not to the shared state directory
+    env = settings_env(settings.replace(state_dir=tmp / "state"))
+    return Spawned(argv, env, tmp / f"{name}-{port}.log", port)
 
 
 def spawn_action_service(settings: Settings, tmp: Path, *, port: int | None = None) -> Spawned:

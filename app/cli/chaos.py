@@ -1,0 +1,63 @@
+"""`fraudstream chaos [SCENARIO]`: run one fault scenario by hand and watch the system heal."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from app.settings import load_settings
+
+#: The scenarios live with the fault suite (tests/fault) of a source checkout.
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _scenarios() -> dict[str, Any]:
+    if not (_ROOT / "tests" / "fault" / "scenarios.py").is_file():
+        raise click.ClickException(f"the fault scenarios are not here ({_ROOT / 'tests/fault'}):"
+                                   " chaos runs from a source checkout")
+    if str(_ROOT) not in sys.path:
+        sys.path.insert(0, str(_ROOT))
+    from tests.fault.scenarios import SCENARIOS
+
+    return SCENARIOS
+
+
+@click.command(context_settings={"max_content_width": 120})
+@click.argument("scenario", required=False)
+@click.option("--list", "show", is_flag=True, help="List the scenarios, one line each.")
+def chaos(scenario: str | None, show: bool) -> None:
+    """Run SCENARIO against the real topology (action service + two workers) with live progress.
+
+    Without SCENARIO, list them. Uses the local stack (started if needed) or
+    KAFKA_BOOTSTRAP/REDIS_URL, on fresh topics; prints lag, effects and redeliveries absorbed
+    every second while it recovers, then every invariant's verdict.
+    """
+    scenarios = _scenarios()
+    if show or scenario is None:
+        width = max(len(name) for name in scenarios)
+        for name, spec in scenarios.items():
+            click.echo(f"{name:{width}}  {spec.about or '(no description)'}")
+        return
+    if scenario not in scenarios:
+        raise click.ClickException(f"no scenario {scenario!r}: `fraudstream chaos --list` "
+                                   f"lists them")
+    from app.stack.manager import Stack
+    from tests.support.topology import run_scenario
+
+    settings = load_settings()
+    Stack(settings).up()
+    settings = settings.replace(kafka_bootstrap=settings.effective_kafka_bootstrap,
+                                redis_url=settings.effective_redis_url)
+    spec = scenarios[scenario]
+    with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+        report = run_scenario(settings, Path(tmp), scenario, spec.fault, prepare=spec.prepare,
+                              progress=True, **spec.params)
+    click.echo(report.line())
+    for problem in report.problems:
+        click.echo(f"BROKEN: {problem}")
+    click.echo("all invariants hold" if not report.problems else "INVARIANTS BROKEN")
+    sys.exit(1 if report.problems else 0)

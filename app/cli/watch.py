@@ -1,0 +1,76 @@
+"""`fraudstream watch`: a live terminal view of the running pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+from rich.console import Console
+
+from app.settings import Settings, load_settings
+
+
+@click.command(context_settings={"max_content_width": 120})
+@click.option("--worker", "workers", multiple=True, metavar="URL",
+              help="A worker's web address (repeat for each) [default: "
+                   "http://127.0.0.1:FRAUDSTREAM_WEB_PORT].")
+@click.option("--action-service", "service", default=None, metavar="URL",
+              help="The action service [default: FRAUDSTREAM_ACTION_SERVICE_URL].")
+@click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
+              help="Seconds between refreshes.")
+@click.option("--demo", "from_demo", is_flag=True,
+              help="Watch the pipeline the newest `fraudstream demo --keep` left running.")
+@click.option("--once", is_flag=True,
+              help="Print one screen (after two readings, for rates) and exit.")
+@click.option("--duration", type=click.FloatRange(min=0), default=None,
+              help="Stop after this many seconds [default: until Ctrl-C].")
+def watch(workers: tuple[str, ...], service: str | None, interval: float, from_demo: bool,
+          once: bool, duration: float | None) -> None:
+    """Events/s in and out, lag per partition, p50/p99 per hop, DLQ, late, effects, model.
+
+    Lag is the consumer group FRAUDSTREAM_APP_ID on the transactions topic (with
+    FRAUDSTREAM_TOPIC_PREFIX); `--demo` watches what `fraudstream demo --keep` left running.
+    """
+    settings = load_settings()
+    if from_demo:
+        from app.cli.kept import kept_runs
+
+        runs = kept_runs(settings.state_dir)
+        if not runs:
+            raise click.ClickException("no demo run is kept: run `fraudstream demo --keep` first")
+        run = runs[-1]
+        settings = settings.replace(topic_prefix=run.topic_prefix, app_id=run.app_id)
+        workers, service = (run.worker_url,), run.service_url
+    urls = list(workers) or [f"http://127.0.0.1:{settings.web_port}"]
+    asyncio.run(_watch(settings, urls, service or settings.action_service_url,
+                       interval=interval, once=once, duration=duration))
+
+
+async def _watch(settings: Settings, workers: list[str], service: str, *, interval: float,
+                 once: bool, duration: float | None) -> None:
+    from rich.live import Live
+
+    from app.watch.frame import build_frame
+    from app.watch.render import render
+    from app.watch.sources import open_sources
+
+    console = Console()
+    title = f"fraudstream watch · {settings.app_id} · {settings.topic('transactions')}"
+    loop = asyncio.get_running_loop()
+    stop_at = None if duration is None else loop.time() + duration
+    async with open_sources(settings, workers, service) as sources:
+        before = await sources.read()
+        if once:
+            await asyncio.sleep(interval)  # a second reading, for rates
+            now = await sources.read()
+            console.print(render(build_frame(now, before, group=settings.app_id), title=title))
+            return
+        frame = build_frame(before, None, group=settings.app_id)
+        with Live(render(frame, title=title), console=console, auto_refresh=False,
+                  screen=False) as live:
+            while stop_at is None or loop.time() < stop_at:
+                await asyncio.sleep(interval)  # the refresh period
+                now = await sources.read()
+                live.update(render(build_frame(now, before, group=settings.app_id),
+                                   title=title), refresh=True)
+                before = now

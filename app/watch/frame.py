@@ -1,0 +1,144 @@
+"""One screen of `fraudstream watch`, computed from two readings (pure: no I/O, no clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from app.watch.samples import Samples, bucket_delta, buckets, counter_rate, quantile
+
+#: The hops in the order an event meets them (app.stream.metrics.HOP_SECONDS).
+HOPS: tuple[str, ...] = ("append_to_engine", "features", "model", "outputs_acked",
+                         "event_to_served", "action_answered", "event_to_effect")
+
+#: Worker counters whose sum is every transaction the workers finished with.
+PROCESSED = ("fraudstream_scored_total", "fraudstream_late_messages_total",
+             "fraudstream_dlq_messages_total")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """One partition of the transactions topic as Kafka sees it."""
+
+    end: int
+    committed: int | None  # None: the group never committed here
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end - (self.committed or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """Everything watch reads at one moment."""
+
+    at_s: float  # monotonic seconds
+    workers: Samples
+    workers_up: int
+    workers_total: int
+    service: Samples
+    service_up: bool
+    offsets: Mapping[int, PartitionOffsets]  # transactions topic, by partition
+    kafka_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HopRow:
+    hop: str
+    p50_s: float | None
+    p99_s: float | None
+    count: int  # observations behind the quantiles
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    partition: int
+    lag_messages: int
+    lag_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """What one refresh shows."""
+
+    in_per_s: float | None
+    out_per_s: float | None
+    actions_per_s: float | None
+    partitions: list[PartitionRow]
+    hops: list[HopRow]
+    hops_recent: bool  # quantiles over the last interval (True) or since start (False)
+    scored: int
+    dlq: int
+    late: int
+    effects: int
+    replays_absorbed: int
+    models: list[tuple[str, str]]  # (model_version, provider) serving now
+    workers_up: int
+    workers_total: int
+    service_up: bool
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def lag_messages(self) -> int:
+        return sum(p.lag_messages for p in self.partitions)
+
+
+def _processed(s: Samples) -> float:
+    return sum(s.total(name) for name in PROCESSED)
+
+
+def build_frame(now: Reading, before: Reading | None, *, group: str) -> Frame:
+    """The screen for reading `now`; rates and recent quantiles need the previous reading."""
+    dt = now.at_s - before.at_s if before is not None else 0.0
+    prev = before
+    ends_now = sum(p.end for p in now.offsets.values())
+    in_rate = (counter_rate(ends_now, sum(p.end for p in prev.offsets.values()), dt)
+               if prev is not None and prev.offsets and now.offsets else None)
+    out_rate = counter_rate(_processed(now.workers),
+                            _processed(prev.workers) if prev else None, dt)
+    actions_rate = counter_rate(now.workers.total("fraudstream_actions_emitted_total"),
+                                prev.workers.total("fraudstream_actions_emitted_total")
+                                if prev else None, dt)
+    lag_s = now.workers.by_label("fraudstream_consumer_lag_seconds", "partition")
+    partitions = [PartitionRow(p, off.lag, lag_s.get(str(p)))
+                  for p, off in sorted(now.offsets.items())]
+    hops, recent = _hop_rows(now, prev)
+    models = sorted((dict(labels).get("model_version", "?"), dict(labels).get("provider", "?"))
+                    for labels, v in now.workers.get("fraudstream_scorer_provider_info").items()
+                    if v > 0)
+    problems = []
+    if now.workers_up < now.workers_total:
+        problems.append(f"{now.workers_total - now.workers_up} of {now.workers_total} worker "
+                        f"metrics pages did not answer")
+    if not now.service_up:
+        problems.append("the action service's /metrics did not answer")
+    if now.kafka_error:
+        problems.append(f"Kafka offsets of group {group}: {now.kafka_error}")
+    return Frame(
+        in_per_s=in_rate, out_per_s=out_rate, actions_per_s=actions_rate,
+        partitions=partitions, hops=hops, hops_recent=recent,
+        scored=int(now.workers.total("fraudstream_scored_total")),
+        dlq=int(now.workers.total("fraudstream_dlq_messages_total")),
+        late=int(now.workers.total("fraudstream_late_messages_total")),
+        effects=int(now.service.total("action_service_effects_applied_total")),
+        replays_absorbed=int(now.service.total("action_service_replays_absorbed_total")),
+        models=list(dict.fromkeys(models)),
+        workers_up=now.workers_up, workers_total=now.workers_total,
+        service_up=now.service_up, problems=problems,
+    )
+
+
+def _hop_rows(now: Reading, prev: Reading | None) -> tuple[list[HopRow], bool]:
+    """p50/p99 per hop over the last interval when it saw events, else since the start."""
+    name = "fraudstream_hop_seconds"
+    current = {hop: buckets(now.workers, name, hop=hop) for hop in HOPS}
+    recent = {hop: bucket_delta(c, buckets(prev.workers, name, hop=hop)) if prev else c
+              for hop, c in current.items()}
+    use_recent = prev is not None and any(c and c[-1][1] > 0 for c in recent.values())
+    chosen = recent if use_recent else current
+    rows = []
+    for hop in HOPS:
+        cum = chosen[hop]
+        count = int(cum[-1][1]) if cum else 0
+        rows.append(HopRow(hop, quantile(0.5, cum), quantile(0.99, cum), count))
+    return rows, use_recent

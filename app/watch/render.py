@@ -1,0 +1,57 @@
+"""A Frame drawn with rich: throughput, lag per partition, latency per hop, outcomes, model."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from app.watch.frame import Frame
+
+#: Partitions shown one per row; beyond this only the busiest are listed (with a count).
+MAX_PARTITION_ROWS = 16
+
+
+def _rate(value: float | None) -> str:
+    return "…" if value is None else f"{value:,.0f}/s"
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
+
+
+def render(frame: Frame, *, title: str) -> RenderableType:
+    """The whole screen for one refresh."""
+    stats = (f"in {_rate(frame.in_per_s)}   out {_rate(frame.out_per_s)}   "
+             f"actions {_rate(frame.actions_per_s)}   lag {frame.lag_messages:,} msgs   "
+             f"workers {frame.workers_up}/{frame.workers_total}")
+    models = ", ".join(f"{v} on {p}" for v, p in frame.models) or "no worker reports a model"
+    head = [Text(title, style="bold"), Text(stats), Text(f"model {models}")]
+
+    parts = Table("partition", "lag (msgs)", "lag (s)", title="transactions: consumer lag",
+                  title_justify="left")
+    shown = sorted(frame.partitions, key=lambda p: (-p.lag_messages, p.partition))
+    shown = shown[:MAX_PARTITION_ROWS] if len(shown) > MAX_PARTITION_ROWS else frame.partitions
+    for row in shown:
+        parts.add_row(str(row.partition), f"{row.lag_messages:,}",
+                      "-" if row.lag_seconds is None else f"{row.lag_seconds:.2f}")
+    if len(frame.partitions) > len(shown):
+        parts.caption = f"{len(frame.partitions) - len(shown)} more partitions not shown"
+
+    window = "last interval" if frame.hops_recent else "since start"
+    hops = Table("hop", "p50", "p99", "events", title=f"latency per hop ({window})",
+                 title_justify="left")
+    for hop in frame.hops:
+        hops.add_row(hop.hop, _ms(hop.p50_s), _ms(hop.p99_s), f"{hop.count:,}")
+
+    service = "" if frame.service_up else " (action service not answering)"
+    outcomes = Text(f"scored {frame.scored:,} · dead-lettered {frame.dlq:,} · late "
+                    f"{frame.late:,} · effects applied {frame.effects:,} · replays absorbed "
+                    f"{frame.replays_absorbed:,}{service}")
+
+    body = Table.grid(padding=(0, 3))
+    body.add_row(parts, hops)
+    problems = [Text(f"! {p}", style="yellow") for p in frame.problems]
+    return Group(*head, outcomes, body, *problems)

@@ -1,0 +1,71 @@
+"""`fraudstream watch --once` against a running worker and action service on fresh topics."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from app.settings import Settings
+from tests.support.pipeline import lines_of, make_log, replay, wait_drained
+from tests.support.procs import (
+    free_port,
+    http_ready,
+    settings_env,
+    spawn_action_service,
+    spawn_worker,
+    wait_until,
+)
+from tests.support.redisdb import flush_db, with_db
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+WATCH_REDIS_DB = 7
+
+
+def test_watch_shows_the_running_pipeline(fresh_settings: Settings, tmp_path: Path) -> None:
+    port = free_port()
+    redis_url = with_db(fresh_settings.effective_redis_url, WATCH_REDIS_DB)
+    flush_db(redis_url)
+    settings = fresh_settings.replace(redis_url=redis_url, action_service_port=port,
+                                      action_service_url=f"http://127.0.0.1:{port}")
+    service = spawn_action_service(settings, tmp_path, port=port)
+    worker = spawn_worker(settings, tmp_path)
+    try:
+        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
+                   what="the action service")
+        wait_until(lambda: http_ready(f"http://127.0.0.1:{worker.port}/metrics"), timeout_s=60,
+                   what="the worker's metrics page")
+        lines = lines_of(make_log(cards=40, txns=600, malformed=0.05))
+        replay(settings, lines)
+        wait_drained(settings, [worker], expected=len(lines))
+        text = urllib.request.urlopen(  # noqa: S310 - loopback
+            f"http://127.0.0.1:{worker.port}/metrics", timeout=5).read().decode()
+        capture = os.environ.get("FRAUDSTREAM_CAPTURE_METRICS")
+        if capture:  # refreshes tests/unit/watch/worker_metrics.txt by hand
+            Path(capture).write_text(text)
+        env = settings_env(settings)
+        env["COLUMNS"] = "160"
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli.main", "watch", "--once", "--interval", "0.5",
+             "--worker", f"http://127.0.0.1:{worker.port}",
+             "--action-service", settings.action_service_url],
+            env=env, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        worker.stop(timeout_s=30)
+        service.stop(timeout_s=30)
+    out = done.stdout
+    print(out)  # shown with -s: the screen the README quotes
+    assert done.returncode == 0, done.stderr
+    assert "workers 1/1" in out and "lag 0 msgs" in out, out
+    version = Path("models/DEFAULT").read_text().strip()
+    assert f"{version} on CPUExecutionProvider" in out or f"{version} on CUDA" in out, out
+    for hop in ("append_to_engine", "features", "model", "event_to_served", "event_to_effect"):
+        assert hop in out
+    scored = next(line for line in out.splitlines() if line.startswith("scored "))
+    assert int(scored.split()[1].replace(",", "")) > 0, scored
+    assert "did not answer" not in out, out
