@@ -166,6 +166,7 @@ def create_app(
 
     @app.task
     async def score() -> None:  # pragma: no cover - exercised end to end
+        app.consumer.settle = engine.settle  # a revoke commits what the engine finished
         await engine.run()
 
     return fraud

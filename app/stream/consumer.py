@@ -16,8 +16,10 @@ rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #68
    app's loop, racing an in-flight fetch); after a seek nothing of that partition is handed
    over until the target offset itself arrives.
 5. A partition the group never committed gets the log start as its committed offset when it
-   is assigned: nothing is committed past messages dropped in the first rebalance, and a
-   starting worker does not re-read what it already processed.
+   is assigned: nothing is committed past messages dropped in the first rebalance. And the
+   work done before a rebalance is committed when partitions are revoked: Faust drops the
+   revoked partitions' acknowledgements before its own commit, so every rebalance (each
+   worker that starts) re-read up to a commit interval of work on every partition.
 6. The consumer thread fetches for a copy of the active partitions (a rebalance empties the
    live set mid-fetch, and aiokafka reads an empty set as "every partition"); records fetched
    for a partition paused meanwhile are handed back (rewound), not skipped.
@@ -33,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +55,8 @@ TESTED_FAUST = ((0, 15, 3), (0, 16, 0))
 SEEK_TARGET_TTL_S = 3.0
 #: Fetched chunks waiting for the engine; a full queue stops the fetcher (flow control).
 CHUNK_QUEUE_SIZE = 4
+#: How long a revoke waits for the engine's in-flight batches before it commits what is done.
+SETTLE_ON_REVOKE_S = 10.0
 
 
 def check_faust_version(version: str = faust.__version__) -> None:
@@ -89,6 +93,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
         self.chunks: asyncio.Queue[Chunk] = asyncio.Queue(maxsize=CHUNK_QUEUE_SIZE)
         self.seek_targets: dict[TP, tuple[int, int, float]] = {}
         self.rewinds = 0
+        #: awaited on revoke before the commit: lets the engine finish what it has in flight
+        self.settle: Callable[[], Awaitable[None]] | None = None
 
     # --- one rewind ---------------------------------------------------------------------------
     async def rewind(self, tp: TP, offset: int, reason: str) -> bool:
@@ -161,6 +167,19 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 self._committed_offset[tp] = start
                 filled += 1
         return filled
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        """Commit what is done on the revoked partitions before Faust forgets their acks."""
+        if not self.should_stop:
+            self.stop_flow()  # what Faust does next anyway: no new chunk for the engine
+            try:
+                if self.settle is not None:
+                    await asyncio.wait_for(self.settle(), SETTLE_ON_REVOKE_S)
+                await self.commit()
+            except Exception as exc:  # noqa: BLE001 - the new owner re-reads from the last commit
+                log.info("no commit before the rebalance (%r): uncommitted work is read again",
+                         exc)
+        await super().on_partitions_revoked(revoked)
 
     # --- correction 6: fetch for a copy; hand back records of paused partitions ----------------
     async def _getmany(self, active_partitions: Any, timeout: float) -> Any:  # noqa: ASYNC109

@@ -45,6 +45,13 @@ class ScoreEngine:
         self.max_batch = max_batch
         self._generation: int | None = None
         self._pending: Chunk | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def settle(self) -> None:
+        """Wait until the batch being processed, if any, and every in-flight one are durable."""
+        await self._idle.wait()
+        await self.checkpoint.drain()
 
     async def run(self) -> None:
         """Process chunks until cancelled; in-flight batches are finished before it returns."""
@@ -53,7 +60,11 @@ class ScoreEngine:
         try:
             while True:
                 chunk = await self._take()
-                await self.process(chunk)
+                self._idle.clear()
+                try:
+                    await self.process(chunk)
+                finally:
+                    self._idle.set()
         except asyncio.CancelledError:
             # no changelog record of ours may reach Kafka after this worker left the group
             # (another worker may already have restored those cards): finish what is in flight

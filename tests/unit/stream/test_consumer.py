@@ -141,3 +141,28 @@ def test_stopping_the_flow_drops_queued_chunks_unacked() -> None:
     consumer.stop_flow()
     assert consumer.chunks.empty()
     assert not consumer._unacked_messages  # a rebalance's wait_empty does not wait for them
+
+
+async def test_a_revoke_commits_the_finished_work_before_faust_forgets_it() -> None:
+    """Faust drops a revoked partition's acks before its own commit: without this, every
+    rebalance (each worker that starts) re-read a commit interval of work on every partition."""
+    consumer, _ = real_consumer({A: 10, B: 0})
+    order: list[str] = []
+
+    async def commit_on_thread(offsets: dict[TP, int]) -> bool:
+        order.append(f"commit {sorted((tp.partition, o) for tp, o in offsets.items())}")
+        return True
+
+    async def settle() -> None:
+        order.append("settle")
+
+    async def faust_revoke(revoked: set[TP]) -> None:
+        order.append("faust")
+
+    consumer._thread.commit = commit_on_thread
+    consumer.settle = settle
+    consumer._on_partitions_revoked = faust_revoke
+    acked(consumer, A, [10, 11, 12])
+    await consumer.on_partitions_revoked({A, B})
+    assert order == ["settle", "commit [(0, 13)]", "faust"]
+    assert A not in consumer._acked  # Faust's own bookkeeping is dropped afterwards
