@@ -41,16 +41,18 @@ def _offline_options(fn: F) -> F:
 def progress_bar(events: Path) -> Iterator[Callable[[int], None]]:
     """A progress bar on stderr over the log (rows of Parquet, bytes of JSONL)."""
     total = _log_size(events)
+    # only on a terminal: a redirected stderr keeps just what a person must read (errors)
     with click.progressbar(length=total, label="features", file=sys.stderr,
-                           show_eta=True, show_percent=True) as bar:
+                           show_eta=True, show_percent=True,
+                           hidden=not sys.stderr.isatty()) as bar:
         yield bar.update
 
 
 def _log_size(events: Path) -> int:
     if events.suffix == ".parquet":
-        import pyarrow.parquet as pq
+        from app.transactions.logfile import parquet_rows
 
-        return int(pq.ParquetFile(events).metadata.num_rows)
+        return parquet_rows(events)
     return events.stat().st_size
 
 

@@ -22,7 +22,6 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from app.features.kernel import COLUMNS
 from app.transactions.contract import (
@@ -35,6 +34,7 @@ from app.transactions.contract import (
     Transaction,
     parse_transaction,
 )
+from app.transactions.logfile import parquet_batches, parquet_rows
 
 #: Rows per batch handed to the fold (bounded memory: a batch, not the log).
 BATCH_ROWS: Final = 262_144
@@ -109,8 +109,7 @@ class LogReader:
             if p.suffix not in (".parquet", ".jsonl", ".ndjson", ".json"):
                 raise ValueError(f"{p}: unknown log format {p.suffix!r} "
                                  "(expected .jsonl or .parquet)")
-            self.total = (pq.ParquetFile(p).metadata.num_rows if p.suffix == ".parquet"
-                          else p.stat().st_size)
+            self.total = parquet_rows(p) if p.suffix == ".parquet" else p.stat().st_size
 
     def __iter__(self) -> Iterator[Batch]:
         src = self._source
@@ -143,9 +142,8 @@ class LogReader:
                 yield Batch(valid, len(msgs), size)
 
     def _parquet(self, path: Path) -> Iterator[Batch]:
-        pf = pq.ParquetFile(path)
-        cols = [c for c in FIELDS if c in pf.schema_arrow.names]
-        for batch in pf.iter_batches(batch_size=self._rows, columns=cols):
+        for batch in parquet_batches(path, self._rows):
+            cols = batch.schema.names
             yield Batch(self._parquet_batch(batch, cols), batch.num_rows, batch.num_rows)
 
     def _parquet_batch(self, batch: pa.RecordBatch, cols: list[str]) -> pa.Table:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -31,19 +32,42 @@ def iter_messages(path: str | Path) -> Iterator[bytes]:
 
 
 def _parquet_messages(path: Path) -> Iterator[bytes]:
+    for batch in parquet_batches(path, 65_536):
+        cols = [c for c in FIELDS if c in batch.schema.names]
+        for row in batch.select(cols).to_pylist():
+            yield orjson.dumps(row)
+
+
+def parquet_rows(path: str | Path) -> int:
+    """How many rows a Parquet log holds (its footer); LogFileError when it is not Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    except pa.ArrowException as exc:
+        raise _unreadable(path, exc) from None
+
+
+def parquet_batches(path: str | Path, batch_rows: int,
+                    columns: list[str] | None = None) -> Iterator[Any]:
+    """A Parquet log's record batches (of the contract's fields present, or `columns`);
+    LogFileError, naming the file, when it is not a readable Parquet file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
-        batches = pf.iter_batches(batch_size=65_536)
-        for batch in batches:
-            cols = [c for c in FIELDS if c in batch.schema.names]
-            for row in batch.select(cols).to_pylist():
-                yield orjson.dumps(row)
+        if columns is None:
+            columns = [c for c in FIELDS if c in pf.schema_arrow.names]
+        yield from pf.iter_batches(batch_size=batch_rows, columns=columns)
     except pa.ArrowException as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise LogFileError(f"{path} is not a readable Parquet file ({reason})") from None
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: str | Path, exc: Exception) -> LogFileError:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return LogFileError(f"{path} is not a readable Parquet file ({reason})")
 
 
 def card_key(message: bytes) -> bytes | None:
