@@ -17,6 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from app.security.tokens import client_token
 from app.settings import Settings, load_settings, settings_environ
 from app.stream import topics
 
@@ -142,7 +143,7 @@ def _frozen_cards(settings: Settings, actions: list) -> list[dict]:  # noqa: ANN
     views = []
     for card in cards:
         req = urllib.request.Request(f"{settings.action_service_url}/v1/cards/{card}",
-                                     headers={"Authorization": f"Bearer {settings.action_token}"})
+                                     headers={"Authorization": f"Bearer {client_token(settings)}"})
         with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - loopback
             views.append(orjson.loads(resp.read()))
     return views
