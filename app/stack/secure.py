@@ -161,7 +161,8 @@ class SecureKafkaNode(KafkaNode):
             scram += ["--add-scram",
                       f"SCRAM-SHA-512=[name={user},password={self.profile.read(secret)}]"]
         proc = subprocess.run(  # noqa: S603
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+            # `=`: a generated id may start with "-", which argparse would take for an option
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                        "-c", str(self.config), *scram),
             capture_output=True, text=True, check=False,
         )
