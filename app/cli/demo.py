@@ -30,9 +30,11 @@ console = Console()
 @click.option("--malformed", default=0.02, show_default=True, help="Fraction of bad messages.")
 @click.option("--seed", default=7, show_default=True)
 @click.option("--down", "stop_stack", is_flag=True, help="Stop Kafka and Redis at the end.")
+@click.option("--secure", is_flag=True,
+              help="On the secure profile: SASL_SSL Kafka, TLS Redis with an ACL user, tokens.")
 @click.option("--timeout", "timeout_s", default=240, show_default=True,
               help="Seconds to wait for the worker to drain the log.")
-def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool,
+def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool, secure: bool,
          timeout_s: int) -> None:
     """Bring the stack up, start a worker, generate and replay a log, summarise what happened.
 
@@ -43,6 +45,11 @@ def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool,
 
     base = load_settings()
     stack = Stack(base)
+    if secure:
+        from app.stack.secure import SecureStack
+
+        stack = SecureStack(base)
+        base = stack.settings  # clients use TLS, SASL and the generated secrets
     console.rule("[bold]fraudstream demo")
     try:
         report = stack.up()
