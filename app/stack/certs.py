@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: Names every local server certificate is valid for (clients verify the host name).
-_SERVER_NAMES = ("localhost",)
+_SERVER_NAMES = ("localhost", "kafka", "redis")  # the last two: docker-compose.secure.yml
 _SERVER_IPS = ("127.0.0.1", "::1")
 
 
