@@ -96,3 +96,13 @@ def test_cli_refuses_a_public_address_without_a_token(monkeypatch):
     assert result.exit_code != 0
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "FRAUDSTREAM_ACTION_TOKEN" in lines[0], result.output
+
+
+def test_worker_without_a_token_for_a_remote_service_stops_in_one_line(monkeypatch):
+    monkeypatch.delenv("FRAUDSTREAM_ACTION_TOKEN", raising=False)
+    monkeypatch.delenv("FRAUDSTREAM_ACTION_TOKEN_FILE", raising=False)
+    monkeypatch.setenv("FRAUDSTREAM_ACTION_SERVICE_URL", "http://actions.internal:8088")
+    result = CliRunner().invoke(cli, ["worker"])
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "actions.internal" in lines[0], result.output
