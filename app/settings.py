@@ -12,6 +12,8 @@ from typing import Any, Literal, get_args
 StoreKind = Literal["memory", "rocksdb"]
 AppendFsync = Literal["always", "everysec", "no"]
 ScorerDevice = Literal["auto", "cpu", "cuda"]
+KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_SSL"]
+KafkaSaslMechanism = Literal["SCRAM-SHA-512", "PLAIN"]
 
 
 class SettingsError(ValueError):
@@ -21,6 +23,11 @@ class SettingsError(ValueError):
 def _env(name: str, doc: str, default: Any) -> Any:
     """Declare a settings field read from environment variable `name`, documented by `doc`."""
     return field(default=default, metadata={"env": name, "doc": doc})
+
+
+def _secret(name: str, doc: str) -> Any:
+    """Declare a secret field: unset by default and left out of the object's repr."""
+    return field(default=None, repr=False, metadata={"env": name, "doc": doc, "secret": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,53 @@ class Settings:
     redis_port: int = _env("FRAUDSTREAM_REDIS_PORT", "Local Redis port.", 16379)
     redis_appendfsync: AppendFsync = _env(
         "FRAUDSTREAM_REDIS_APPENDFSYNC", "Redis AOF fsync policy: always|everysec|no.", "always"
+    )
+    kafka_security_protocol: KafkaSecurityProtocol = _env(
+        "FRAUDSTREAM_KAFKA_SECURITY_PROTOCOL",
+        "How every Kafka client connects: PLAINTEXT|SSL|SASL_SSL.",
+        "PLAINTEXT",
+    )
+    kafka_sasl_mechanism: KafkaSaslMechanism = _env(
+        "FRAUDSTREAM_KAFKA_SASL_MECHANISM", "SASL mechanism under SASL_SSL: SCRAM-SHA-512|PLAIN.",
+        "SCRAM-SHA-512",
+    )
+    kafka_ssl_cafile: Path | None = _env(
+        "FRAUDSTREAM_KAFKA_SSL_CAFILE",
+        "PEM CA bundle that signed the brokers' certificates (SSL, SASL_SSL); unset: system CAs.",
+        None,
+    )
+    kafka_ssl_certfile: Path | None = _env(
+        "FRAUDSTREAM_KAFKA_SSL_CERTFILE", "PEM client certificate for mutual TLS (optional).", None
+    )
+    kafka_ssl_keyfile: Path | None = _env(
+        "FRAUDSTREAM_KAFKA_SSL_KEYFILE", "PEM private key of the client certificate.", None
+    )
+    kafka_sasl_username: str | None = _env(
+        "FRAUDSTREAM_KAFKA_SASL_USERNAME", "SASL user (SASL_SSL).", None
+    )
+    kafka_sasl_password: str | None = _secret(
+        "FRAUDSTREAM_KAFKA_SASL_PASSWORD", "SASL password (SASL_SSL; never logged)."
+    )
+    kafka_sasl_password_file: Path | None = _env(
+        "FRAUDSTREAM_KAFKA_SASL_PASSWORD_FILE",
+        "File holding the SASL password (first line); used when FRAUDSTREAM_KAFKA_SASL_PASSWORD is unset.",
+        None,
+    )
+    redis_ssl_ca_file: Path | None = _env(
+        "FRAUDSTREAM_REDIS_SSL_CA_FILE",
+        "PEM CA bundle that signed Redis's certificate (rediss:// URLs); unset: system CAs.",
+        None,
+    )
+    redis_username: str | None = _env(
+        "FRAUDSTREAM_REDIS_USERNAME", "Redis ACL user (overrides a user in REDIS_URL).", None
+    )
+    redis_password: str | None = _secret(
+        "FRAUDSTREAM_REDIS_PASSWORD", "Password of the Redis ACL user (never logged)."
+    )
+    redis_password_file: Path | None = _env(
+        "FRAUDSTREAM_REDIS_PASSWORD_FILE",
+        "File holding the Redis password (first line); used when FRAUDSTREAM_REDIS_PASSWORD is unset.",
+        None,
     )
     topic_partitions: int = _env(
         "FRAUDSTREAM_PARTITIONS", "Partitions of every fraudstream topic.", 8
@@ -161,10 +215,25 @@ class Settings:
     action_service_port: int = _env(
         "FRAUDSTREAM_ACTION_SERVICE_PORT", "Port the action service listens on.", 8088
     )
-    action_token: str = _env(
+    action_token: str | None = _secret(
         "FRAUDSTREAM_ACTION_TOKEN",
-        "Bearer token shared by the dispatcher and the action service (never logged).",
-        "dev-token-change-me",
+        "Bearer token(s) with full access, comma-separated: the service accepts each (rotation "
+        "without downtime), the dispatcher sends the first. Unset: a built-in dev token, only "
+        "on loopback addresses (never logged).",
+    )
+    action_token_file: Path | None = _env(
+        "FRAUDSTREAM_ACTION_TOKEN_FILE",
+        "File of full-access bearer tokens, one a line (# comments); joins FRAUDSTREAM_ACTION_TOKEN.",
+        None,
+    )
+    action_read_token: str | None = _secret(
+        "FRAUDSTREAM_ACTION_READ_TOKEN",
+        "Read-only bearer token(s), comma-separated: GET routes only, 403 on POST (never logged).",
+    )
+    action_read_token_file: Path | None = _env(
+        "FRAUDSTREAM_ACTION_READ_TOKEN_FILE",
+        "File of read-only bearer tokens, one a line; joins FRAUDSTREAM_ACTION_READ_TOKEN.",
+        None,
     )
     idempotency_ttl_s: int = _env(
         "FRAUDSTREAM_IDEMPOTENCY_TTL_S", "How long idempotency keys live in Redis.", 86_400
@@ -246,7 +315,9 @@ class Settings:
 
 
 _LITERALS: dict[str, Any] = {"StoreKind": StoreKind, "AppendFsync": AppendFsync,
-                             "ScorerDevice": ScorerDevice}
+                             "ScorerDevice": ScorerDevice,
+                             "KafkaSecurityProtocol": KafkaSecurityProtocol,
+                             "KafkaSaslMechanism": KafkaSaslMechanism}
 
 
 def _coerce(raw: str, f: dataclasses.Field[Any]) -> Any:

@@ -35,6 +35,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.security.kafka import kafka_client_kwargs  # noqa: E402
 from app.settings import Settings, load_settings  # noqa: E402
 from app.stack.manager import Stack  # noqa: E402
 from app.stream import topics  # noqa: E402
@@ -74,7 +75,7 @@ async def append_span(settings: Settings, logical: str) -> tuple[int, int, int]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     name = settings.topic(logical)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
                                 enable_auto_commit=False)
     await consumer.start()
     try:
@@ -108,10 +109,10 @@ async def raw_loop(settings: Settings, total: int) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     consumer = AIOKafkaConsumer(settings.topic(topics.TRANSACTIONS),
-                                bootstrap_servers=settings.effective_kafka_bootstrap,
+                                **kafka_client_kwargs(settings),
                                 group_id=f"raw-{uuid.uuid4().hex[:6]}",
                                 auto_offset_reset="earliest", enable_auto_commit=True)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.effective_kafka_bootstrap, acks="all",
+    producer = AIOKafkaProducer(**kafka_client_kwargs(settings), acks="all",
                                 linger_ms=5)
     await consumer.start()
     await producer.start()

@@ -15,11 +15,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE
+from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE, TOKENS
 from app.action_service.metrics import ServiceMetrics
 from app.action_service.replies import error_reply, unavailable_reply
 from app.action_service.routes import MAX_BODY_BYTES, setup_routes
 from app.action_service.store import ActionStore
+from app.security.redis import redis_connection_kwargs
+from app.security.tokens import TokenSet, service_tokens
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ def default_redis_client(settings: Settings) -> Redis:
     timeout = settings.action_redis_timeout_s
     pool = BlockingConnectionPool.from_url(
         settings.effective_redis_url,
+        **redis_connection_kwargs(settings),
         max_connections=settings.action_redis_max_connections,
         timeout=timeout,
         decode_responses=True,
@@ -57,11 +60,17 @@ def default_redis_client(settings: Settings) -> Redis:
 
 
 def create_app(
-    settings: Settings, redis_client_factory: RedisClientFactory | None = None
+    settings: Settings,
+    redis_client_factory: RedisClientFactory | None = None,
+    *,
+    tokens: TokenSet | None = None,
 ) -> web.Application:
-    """Build the action service: routes, metrics, and a Redis client owned by cleanup_ctx."""
-    if not settings.action_token:
-        raise ValueError("FRAUDSTREAM_ACTION_TOKEN must not be empty")
+    """Build the action service: routes, metrics, and a Redis client owned by cleanup_ctx.
+
+    `tokens` defaults to those of a loopback-bound service (`service_tokens(settings)`); the
+    CLI passes the set checked against the address it binds.
+    """
+    tokens = tokens or service_tokens(settings)
     if not 0 <= settings.idempotency_margin_s < settings.idempotency_ttl_s:
         raise ValueError(
             "need 0 <= FRAUDSTREAM_IDEMPOTENCY_MARGIN_S < FRAUDSTREAM_IDEMPOTENCY_TTL_S, got "
@@ -69,6 +78,7 @@ def create_app(
         )
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_observe])
     app[SETTINGS] = settings
+    app[TOKENS] = tokens
     app[METRICS] = ServiceMetrics()
     app[IN_FLIGHT] = set()
     factory = redis_client_factory or default_redis_client
@@ -86,9 +96,12 @@ def create_app(
             observer=app[METRICS],
         )
         logger.info(
-            "action service ready ttl_s=%d margin_s=%d",
+            "action service ready ttl_s=%d margin_s=%d tokens=%d read_tokens=%d dev_token=%s",
             settings.idempotency_ttl_s,
             settings.idempotency_margin_s,
+            len(tokens.write),
+            len(tokens.read),
+            tokens.dev,
         )
         try:
             yield

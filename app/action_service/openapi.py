@@ -189,6 +189,7 @@ def _paths() -> dict[str, Any]:
                     ),
                     "400": _error("The Idempotency-Key header is missing."),
                     "401": unauthorized,
+                    "403": _error("The token is read-only (FRAUDSTREAM_ACTION_READ_TOKEN)."),
                     "409": _error("A request with the same key is in flight in this process."),
                     "410": _error("Unknown key and decided_at_ms older than TTL minus margin."),
                     "413": _error("Body over 64 KiB."),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
+import hashlib
 import logging
 import re
 from typing import Final
@@ -11,13 +11,14 @@ from typing import Final
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS, STORE
+from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS, STORE, TOKENS
 from app.action_service.metrics import CONTENT_TYPE_LATEST
 from app.action_service.openapi import build_openapi
 from app.action_service.replies import RETRY_AFTER_S, error_reply, json_reply
 from app.action_service.store import render_card, render_record, render_result
 from app.actions.action import Action, ActionError
 from app.actions.key import KEY_RE
+from app.security.tokens import Access
 
 logger = logging.getLogger(__name__)
 
@@ -27,24 +28,35 @@ _CARD_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _UNAUTHORIZED_HEADERS: Final = {"WWW-Authenticate": 'Bearer realm="fraudstream"'}
 
 
-def _authorized(request: web.Request) -> bool:
-    """Bearer token check in constant time (the token itself is never logged)."""
+def _access(request: web.Request) -> Access | None:
+    """What the request's bearer token may do (compared in constant time, never logged)."""
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer":
-        return False
-    expected = request.app[SETTINGS].action_token.encode("utf-8")
-    return hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), expected)
+        return None
+    return request.app[TOKENS].access(given.strip())
 
 
 def _unauthorized() -> web.Response:
     return error_reply(401, "missing or wrong bearer token", "Authorization", _UNAUTHORIZED_HEADERS)
 
 
+def _forbidden() -> web.Response:
+    return error_reply(403, "this token is read-only", "Authorization")
+
+
+def card_ref(card_id: str) -> str:
+    """A stable pseudonym of a card id for logs (card ids never appear in clear there)."""
+    return hashlib.blake2b(card_id.encode(), digest_size=6, person=b"fs-card-log").hexdigest()
+
+
 async def post_action(request: web.Request) -> web.Response:
     """Apply an action once per idempotency key (see docs/action-service.md for every status)."""
-    if not _authorized(request):
+    access = _access(request)
+    if access is None:
         return _unauthorized()
+    if access != "write":
+        return _forbidden()
     header_key = request.headers.get("Idempotency-Key", "")
     if not header_key:
         return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
@@ -78,10 +90,10 @@ async def post_action(request: web.Request) -> web.Response:
         body = render_result(action, result)
         metrics.child(metrics.effects, action.type, body["outcome"]).inc()
         logger.info(
-            "action applied key=%s type=%s card_id=%s outcome=%s effect_id=%s",
+            "action applied key=%s type=%s card_ref=%s outcome=%s effect_id=%s",
             key,
             action.type,
-            action.card_id,
+            card_ref(action.card_id),
             body["outcome"],
             body["effect_id"],
         )
@@ -117,7 +129,7 @@ async def post_action(request: web.Request) -> web.Response:
 
 async def get_action(request: web.Request) -> web.Response:
     """The stored record of an idempotency key, 404 if unknown or expired."""
-    if not _authorized(request):
+    if _access(request) is None:
         return _unauthorized()
     key = request.match_info["idempotency_key"]
     if not KEY_RE.fullmatch(key):
@@ -135,7 +147,7 @@ async def get_action(request: web.Request) -> web.Response:
 
 async def get_card(request: web.Request) -> web.Response:
     """A card's status (active/frozen), why and when it was frozen, and its alerts."""
-    if not _authorized(request):
+    if _access(request) is None:
         return _unauthorized()
     card_id = request.match_info["card_id"]
     if not _CARD_ID_RE.fullmatch(card_id):

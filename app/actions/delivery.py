@@ -15,6 +15,7 @@ from prometheus_client import Counter
 
 from app.actions.action import Action
 from app.actions.retry import RetryPolicy, parse_retry_after
+from app.security.tokens import client_token
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class ActionDeliverer:
         if settings.dispatch_concurrency < 1:
             raise ValueError("dispatch_concurrency must be >= 1")
         self._url = settings.action_service_url.rstrip("/") + "/v1/actions"
-        self._authorization = f"Bearer {settings.action_token}"
+        self._authorization = f"Bearer {client_token(settings)}"
         self._concurrency = settings.dispatch_concurrency
         self._timeout = aiohttp.ClientTimeout(total=settings.dispatch_request_timeout_s)
         self._policy = policy or RetryPolicy(

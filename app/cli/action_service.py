@@ -31,14 +31,20 @@ def action_service(port: int | None, host: str, shutdown_timeout: float) -> None
     from aiohttp import web
 
     from app.action_service.app import create_app
+    from app.security.secret import SecretError
+    from app.security.tokens import service_tokens
 
     settings = load_settings()
     if port is not None:
         settings = settings.replace(action_service_port=port)
+    try:
+        tokens = service_tokens(settings, host)
+    except SecretError as exc:
+        raise click.ClickException(str(exc)) from None
     # run_app turns SIGTERM/SIGINT into a graceful stop: stop accepting, let in-flight
     # requests finish (up to shutdown_timeout), then run cleanup_ctx (closes Redis).
     web.run_app(
-        create_app(settings),
+        create_app(settings, tokens=tokens),
         host=host,
         port=settings.action_service_port,
         shutdown_timeout=shutdown_timeout,

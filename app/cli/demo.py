@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app.cli.kept import KeptRun, kept_runs, stop_run
+from app.security.tokens import client_token
 from app.settings import Settings, load_settings, settings_environ
 from app.stream import topics
 
@@ -37,10 +38,12 @@ FROZEN_ROWS = 10
               help="Leave the worker and the action service running, and print how to look around.")
 @click.option("--stop", "stop_kept", is_flag=True,
               help="Only stop what earlier `demo --keep` runs left running, and exit.")
+@click.option("--secure", is_flag=True,
+              help="On the secure profile: SASL_SSL Kafka, TLS Redis with an ACL user, tokens.")
 @click.option("--timeout", "timeout_s", default=240, show_default=True,
               help="Seconds to wait for the worker to drain the log.")
 def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool, keep: bool,
-         stop_kept: bool, timeout_s: int) -> None:
+         stop_kept: bool, secure: bool, timeout_s: int) -> None:
     """Bring the stack up, start a worker, generate and replay a log, summarise what happened.
 
     Each run uses fresh topics (prefix demo-<time>.) so its counts are its own.
@@ -55,6 +58,11 @@ def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool, k
     if keep and stop_stack:
         raise click.UsageError("--keep and --down are exclusive")
     stack = Stack(base)
+    if secure:
+        from app.stack.secure import SecureStack
+
+        stack = SecureStack(base)
+        base = stack.settings  # clients use TLS, SASL and the generated secrets
     console.rule("[bold]fraudstream demo")
     try:
         report = stack.up()
@@ -135,7 +143,7 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
                       pids={name: p.pid for name, p in procs.items()})
         run.save()
         console.rule("[bold]still running (--keep)")
-        for line in run.look_around(settings.action_token,
+        for line in run.look_around(client_token(settings),
                                     frozen[0]["card_id"] if frozen else None):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     return ok
@@ -171,7 +179,7 @@ def _frozen_cards(settings: Settings, actions: list) -> list[dict]:  # noqa: ANN
     views = []
     for card in cards:
         req = urllib.request.Request(f"{settings.action_service_url}/v1/cards/{card}",
-                                     headers={"Authorization": f"Bearer {settings.action_token}"})
+                                     headers={"Authorization": f"Bearer {client_token(settings)}"})
         with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - loopback
             views.append(orjson.loads(resp.read()))
     return views

@@ -15,6 +15,7 @@ from app.settings import describe_settings
 COMMANDS: dict[str, str] = {
     "stack": "app.cli.stack:stack",
     "topics": "app.cli.stack:topics",
+    "secure-stack": "app.cli.secure_stack:secure_stack",
     "generate": "app.cli.generate:generate",
     "replay": "app.cli.replay:replay",
     "worker": "app.cli.worker:worker",

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import click
 
-from app.settings import load_settings
+from app.settings import Settings, load_settings
+
+
+def _check_secrets(settings: Settings, *, dispatch: bool) -> None:
+    """Missing or unreadable Kafka credentials or action token: one line, before Faust starts."""
+    from app.security.kafka import kafka_client_kwargs
+    from app.security.secret import SecretError
+    from app.security.tokens import client_token
+
+    try:
+        kafka_client_kwargs(settings)
+        if dispatch:
+            client_token(settings)
+    except SecretError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command()
@@ -18,8 +32,10 @@ def worker(web_port: int | None, loglevel: str, dispatch: bool) -> None:
     from app.stream.worker import WorkerStartError, run_worker
 
     agents = frozenset({"score", "dispatch"} if dispatch else {"score"})
+    settings = load_settings()
+    _check_secrets(settings, dispatch=dispatch)
     try:
-        run_worker(load_settings(), web_port=web_port, loglevel=loglevel, agents=agents)
+        run_worker(settings, web_port=web_port, loglevel=loglevel, agents=agents)
     except WorkerStartError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -36,5 +52,6 @@ def dispatcher(web_port: int | None, loglevel: str) -> None:
     from app.stream.worker import run_worker
 
     settings = load_settings()
+    _check_secrets(settings, dispatch=True)
     run_worker(settings.replace(app_id=f"{settings.app_id}-dispatch"), web_port=web_port,
                loglevel=loglevel, agents=frozenset({"dispatch"}))

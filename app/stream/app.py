@@ -15,6 +15,7 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.scoring.registry import LoadedModel
+from app.security.kafka import faust_broker_credentials
 from app.settings import Settings
 from app.stream import metrics, topics
 from app.stream.cardstore import TableCards, card_table
@@ -77,6 +78,7 @@ def create_app(
     app = faust.App(
         settings.app_id,
         broker=broker_url(settings.effective_kafka_bootstrap),
+        broker_credentials=faust_broker_credentials(settings),
         store="rocksdb://" if settings.store == "rocksdb" else "memory://",
         datadir=str(datadir),
         topic_partitions=settings.topic_partitions,

@@ -11,6 +11,7 @@ from typing import Final
 import orjson
 
 from app.scoring.registry import LoadedModel
+from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import read_topic, start_or_close
@@ -24,7 +25,7 @@ async def publish_activation(settings: Settings, version: str) -> None:
     """Record `version` as the model every worker should serve (compacted: latest wins)."""
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=settings.effective_kafka_bootstrap, acks="all",
+    producer = AIOKafkaProducer(**kafka_client_kwargs(settings), acks="all",
                                 enable_idempotence=True)
     await start_or_close(producer)
     try:
@@ -67,7 +68,7 @@ async def follow_activations(
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     tp = TopicPartition(settings.topic(topics.CONTROL), 0)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
                                 enable_auto_commit=False)
     await consumer.start()
     try:

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
 
 
@@ -43,7 +44,7 @@ async def admin_client(settings: Settings, *, timeout_s: float = 30.0) -> AsyncI
     """A started aiokafka admin client for the settings' cluster, closed on exit."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.effective_kafka_bootstrap,
+    admin = AIOKafkaAdminClient(**kafka_client_kwargs(settings),
                                 request_timeout_ms=int(timeout_s * 1000))
     await start_or_close(admin, timeout_s=timeout_s)
     try:
@@ -66,7 +67,7 @@ async def topic_sizes(settings: Settings, names: Iterable[str]) -> dict[str, int
     """Messages ever written to each topic (sum of partition end offsets)."""
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
                                 enable_auto_commit=False)
     await start_or_close(consumer)
     try:
@@ -83,7 +84,7 @@ async def read_topic(settings: Settings, topic: str, *, timeout_s: float = 60.0)
     """Every message of `topic` from the beginning up to its end offsets at call time."""
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 max_partition_fetch_bytes=4 * 1024 * 1024)
     await start_or_close(consumer)
@@ -120,7 +121,7 @@ async def group_lag(settings: Settings, group: str, topic: str) -> int:
     from aiokafka import AIOKafkaConsumer
 
     async with admin_client(settings) as admin:
-        consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+        consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
                                     enable_auto_commit=False)
         await start_or_close(consumer)
         try:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import start_or_close
@@ -43,7 +44,7 @@ async def replay_messages(
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.effective_kafka_bootstrap,
+        **kafka_client_kwargs(settings),
         acks="all",
         enable_idempotence=True,
         linger_ms=5,

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from app.datagen.config import GeneratorConfig
 from app.datagen.generator import generate_log
 from app.datagen.log import GeneratedLog
+from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import Record, group_lag, read_topic, topic_sizes
@@ -72,7 +73,7 @@ def produce(settings: Settings, logical: str, records: Sequence[tuple[bytes | No
     from aiokafka import AIOKafkaProducer
 
     async def run() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=settings.effective_kafka_bootstrap,
+        producer = AIOKafkaProducer(**kafka_client_kwargs(settings),
                                     acks="all", enable_idempotence=True)
         await producer.start()
         try:

@@ -19,6 +19,7 @@ import orjson
 import redis
 from aiokafka.errors import KafkaError
 
+from app.security.redis import redis_connection_kwargs
 from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import group_lag, topic_sizes
@@ -168,7 +169,8 @@ class Topology:
                 for t in (topics.TRANSACTIONS, topics.ACTIONS)}
 
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.settings.effective_redis_url, decode_responses=True)
+        return redis.Redis.from_url(self.settings.effective_redis_url, decode_responses=True,
+                                     **redis_connection_kwargs(self.settings))
 
     def replays_absorbed(self) -> int:
         client = self.redis()

@@ -46,6 +46,6 @@ def test_every_v1_operation_is_secured_and_documents_401_and_503():
 
 def test_post_documents_every_contract_status():
     responses = build_openapi()["paths"]["/v1/actions"]["post"]["responses"]
-    assert set(responses) == {"200", "201", "400", "401", "409", "410", "413", "422", "503"}
+    assert set(responses) == {"200", "201", "400", "401", "403", "409", "410", "413", "422", "503"}
     assert "Idempotent-Replayed" in responses["200"]["headers"]
     assert "Retry-After" in responses["503"]["headers"]

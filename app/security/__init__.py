@@ -1,0 +1,1 @@
+"""Transport security and secrets: Kafka TLS/SASL, Redis TLS/ACL, action-service tokens."""
