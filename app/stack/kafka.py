@@ -138,7 +138,7 @@ class KafkaNode:
             return
         cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         proc = subprocess.run(  # noqa: S603
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config)),
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config)),
             capture_output=True, text=True, check=False,
         )
         if proc.returncode != 0:
