@@ -80,10 +80,14 @@ class RedisNode:
         self.process.start([binary, str(self.config)])
         return True
 
+    def admin_client(self) -> redis.Redis:
+        """A client of our own redis-server (the readiness probe)."""
+        return redis.Redis.from_url(self.settings.local_redis_url, socket_timeout=2)
+
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Block until PING answers, or raise with the log tail."""
         deadline = time.monotonic() + timeout_s
-        client = redis.Redis.from_url(self.settings.local_redis_url, socket_timeout=2)
+        client = self.admin_client()
         last: Exception | None = None
         try:
             while time.monotonic() < deadline:

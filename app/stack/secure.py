@@ -242,25 +242,6 @@ class SecureRedisNode(RedisNode):
                            password=self.profile.read("redis-admin-password"),
                            socket_timeout=2, decode_responses=True)
 
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        client = self.admin_client()
-        last: Exception | None = None
-        try:
-            while time.monotonic() < deadline:
-                if self.process.exited():
-                    raise StackError(f"secure redis exited. Log tail:\n{self.process.log_tail()}")
-                try:
-                    if client.ping():
-                        return
-                except redis.RedisError as exc:
-                    last = exc
-                time.sleep(0.2)
-        finally:
-            client.close()
-        raise StackError(f"secure Redis did not answer PING within {timeout_s:.0f}s ({last!r}).\n"
-                         f"Log tail:\n{self.process.log_tail()}")
-
 
 class SecureStack(Stack):
     """`Stack` on the secure profile: same lifecycle, secure nodes, client settings with TLS."""
