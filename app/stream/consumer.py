@@ -99,17 +99,36 @@ class FraudConsumer(faust_aiokafka.Consumer):
     # --- one rewind ---------------------------------------------------------------------------
     async def rewind(self, tp: TP, offset: int, reason: str) -> bool:
         """Read `tp` again from `offset`: the one way any part of the worker sends a partition
-        back. False when the partition is no longer assigned (its next owner reads it)."""
+        back. False when the partition is no longer assigned (its next owner reads it) or a
+        rebalance came first (the new generation starts from the commits anyway)."""
         if tp not in self.assignment():
             return False
-        metrics.REWINDS.labels(tp.topic, reason).inc()
-        self.rewinds += 1
-        log.info("%s: reading again from offset %d (%s)", tp, offset, reason)
+        generation = self.app.consumer_generation_id
+        # from here on nothing of this partition is handed over until the target itself
+        # arrives (records fetched before the seek are stale)
+        self.seek_targets[tp] = (offset, generation, time.monotonic())
+
+        def seek_on_thread() -> bool:
+            # A rewind asked during a rebalance waits here until the rebalance is over: run
+            # then, it would land after the new generation's seek to the commits and skip
+            # every message between the commit and `offset`. Only the asking generation seeks.
+            if self.app.consumer_generation_id != generation:
+                return False
+            self._thread.seek(tp, offset)
+            return True
+
         try:
-            await self.seek(tp, offset)
+            sought = await self._thread.call_thread(seek_on_thread)
         except Exception as exc:  # noqa: BLE001 - revoked meanwhile: its next owner reads it
             log.info("%s: not rewound (%r); its next owner starts at the commit", tp, exc)
             return False
+        if not sought or self.app.consumer_generation_id != generation:
+            log.info("%s: rewind to %d dropped: a rebalance came first", tp, offset)
+            return False
+        self._read_offset[tp] = offset
+        metrics.REWINDS.labels(tp.topic, reason).inc()
+        self.rewinds += 1
+        log.info("%s: reading again from offset %d (%s)", tp, offset, reason)
         return True
 
     def release(self, messages: Iterable[Message]) -> None:

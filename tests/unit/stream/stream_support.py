@@ -31,8 +31,8 @@ def real_consumer(committed: dict[TP, int | None], assigned: set[TP] | None = No
     async def earliest_offsets(*tps: TP) -> dict[TP, int]:
         return dict.fromkeys(tps, broker.log_start)
 
-    async def call_thread(fun: Any, *args: Any) -> None:
-        fun(*args)
+    async def call_thread(fun: Any, *args: Any) -> Any:
+        return fun(*args)
 
     consumer.assignment = lambda: broker.assigned
     consumer.earliest_offsets = earliest_offsets

@@ -166,3 +166,19 @@ async def test_a_revoke_commits_the_finished_work_before_faust_forgets_it() -> N
     await consumer.on_partitions_revoked({A, B})
     assert order == ["settle", "commit [(0, 13)]", "faust"]
     assert A not in consumer._acked  # Faust's own bookkeeping is dropped afterwards
+
+
+async def test_a_rewind_queued_behind_a_rebalance_is_dropped() -> None:
+    """The consumer thread runs a rewind asked during a rebalance only after it: seeking then
+    would land after the new generation's seek to the commits and skip what lies between."""
+    consumer, broker = real_consumer({A: 16})
+
+    async def call_after_rebalance(fun, *args):
+        consumer.app.consumer_generation_id = 2  # the rebalance completes first
+        return fun(*args)
+
+    consumer._thread.call_thread = call_after_rebalance
+    consumer._read_offset[A] = 16
+    assert await consumer.rewind(A, 40, "hand-over interrupted") is False
+    assert broker.seeks == []
+    assert consumer._read_offset[A] == 16
