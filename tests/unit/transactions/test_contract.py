@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, get_args
 
 import numpy as np
@@ -22,6 +23,7 @@ from app.transactions.contract import (
     ContractError,
     ReasonCode,
     Transaction,
+    parse_checked,
     parse_transaction,
     validate_object,
 )
@@ -182,3 +184,58 @@ def test_huge_integer_is_rejected_as_out_of_range() -> None:
     with pytest.raises(ContractError) as info:
         validate_object(_valid(amount_minor=10**5000), now_ms=NOW_MS)
     assert info.value.rejection.code == "out_of_range"
+
+
+_string_edit = st.text(alphabet=st.sampled_from("AZaz09_.:-\n\r \t\x00\u00e9\u0660\ud800\"\\"),
+                       max_size=66)
+_field_edit = st.sampled_from(FIELDS).flatmap(lambda name: st.tuples(st.just(name), st.one_of(
+    _string_edit, st.integers(min_value=-2, max_value=2**64), st.booleans(), st.floats(),
+    st.none(), st.sampled_from(["pos", "ecom", "atm", "POS", "pos\n", "USD", "US", "DE\n", "t\n"]),
+    st.just(NOW_MS + MAX_FUTURE_MS), st.just(NOW_MS + MAX_FUTURE_MS + 1))))
+
+
+def _as_bytes(obj: dict[str, Any], *, spaced: bool, duplicate: str | None, ascii_only: bool
+              ) -> bytes:
+    # the standard library writes what orjson cannot: huge ints, NaN, lone surrogates (escaped)
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=ascii_only)
+    if duplicate is not None and duplicate in obj:  # the key twice: JSON's last value wins
+        text = text[:-1] + "," + json.dumps({duplicate: "dup"})[1:-1] + "}"
+    if spaced:
+        text = text.replace(",", " ,\n ")
+    return text.encode("utf-8", "surrogatepass")
+
+
+@settings(max_examples=600, deadline=None)
+@given(edits=st.lists(_field_edit, max_size=3), drop=st.sets(st.sampled_from(FIELDS), max_size=1),
+       spaced=st.booleans(), duplicate=st.none() | st.sampled_from(FIELDS),
+       ascii_only=st.booleans())
+def test_fast_path_agrees_with_the_python_validator(
+        edits: list[tuple[str, Any]], drop: set[str], spaced: bool, duplicate: str | None,
+        ascii_only: bool) -> None:
+    obj = {k: v for k, v in _valid(**dict(edits)).items() if k not in drop}
+    raw = _as_bytes(obj, spaced=spaced, duplicate=duplicate, ascii_only=ascii_only)
+    outcomes = []
+    for parse in (parse_transaction, parse_checked):
+        try:
+            outcomes.append(parse(raw, now_ms=NOW_MS))
+        except ContractError as exc:
+            outcomes.append(exc.rejection)
+    assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"txn_id":"t\\ud800"}',
+    b'\xef\xbb\xbf' + orjson.dumps(_valid()),
+    orjson.dumps(_valid(currency="USD\n")),
+    orjson.dumps(_valid(country="DE\n")),
+    orjson.dumps(_valid(merchant_id="m-1\n")),
+    orjson.dumps(_valid(card_id="c\x00d")),
+    orjson.dumps(_valid(mcc=1.0)),
+    orjson.dumps(_valid()).replace(b'"channel":"pos"', b'"channel":"pos","channel":"bus"'),
+])
+def test_fast_path_leaves_each_rejection_to_the_python_validator(raw: bytes) -> None:
+    with pytest.raises(ContractError) as fast:
+        parse_transaction(raw, now_ms=NOW_MS)
+    with pytest.raises(ContractError) as checked:
+        parse_checked(raw, now_ms=NOW_MS)
+    assert fast.value.rejection == checked.value.rejection
