@@ -43,7 +43,9 @@ import faust
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
+from faust.types.tuples import ack_lock
 from faust.utils.functional import consecutive_numbers
+from mode.utils.futures import notify
 
 from app.stream import metrics
 
@@ -259,9 +261,11 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     async def _deliver_chunk(self, generation: int, by_tp: dict[TP, list[Message]]) -> None:
         messages = [m for msgs in by_tp.values() for m in msgs]
-        track = self.track_message
+        # Pending until acked or released (what a rebalance's `wait_empty` waits for). Faust's
+        # sensors are not told: the engine's Prometheus metrics count these messages.
+        unacked = self._unacked_messages
         for message in messages:
-            track(message)
+            unacked.add(message)
         delivered = await self._hand_over(self.chunks.put(Chunk(generation, messages)), "a chunk",
                                           {tp: msgs[0].offset for tp, msgs in by_tp.items()})
         if not delivered:
@@ -270,43 +274,93 @@ class FraudConsumer(faust_aiokafka.Consumer):
         for tp, msgs in by_tp.items():
             self._read_offset[tp] = msgs[-1].offset
 
+    def ack_many(self, messages: Iterable[Message]) -> int:
+        """`ack` for a whole batch: one lock, one acks-enabled lookup per topic; how many took."""
+        enabled: dict[str, bool] = {}
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        committed_of, index_of, acked_of = self._committed_offset, self._acked_index, self._acked
+        unacked = self._unacked_messages
+        n = 0
+        with ack_lock:
+            try:
+                for message in messages:
+                    if message.acked:
+                        continue
+                    message.acked = True
+                    topic = message.topic
+                    on = enabled.get(topic)
+                    if on is None:
+                        on = enabled[topic] = acks_enabled_for(topic)
+                    if not on:
+                        continue
+                    tp, offset = message.tp, message.offset
+                    committed = committed_of[tp]
+                    if committed is not None and offset < committed:
+                        continue
+                    index = index_of[tp]
+                    if offset in index:
+                        continue
+                    unacked.discard(message)
+                    index.add(offset)
+                    acked_of[tp].append(offset)
+                    n += 1
+            finally:
+                self._n_acked += n
+                notify(self._waiting_for_ack)
+        return n
+
+    def _split(self, records: Any, active: set[TP] | None
+               ) -> tuple[dict[TP, list[Any]], dict[TP, list[Any]]]:
+        """A fetch's records of active partitions: (chunk topics, other topics), by partition."""
+        chunked: dict[TP, list[Any]] = {}
+        single: dict[TP, list[Any]] = {}
+        buffered = self._buffered_partitions
+        track_end = self.app.monitor.track_tp_end_offset
+        for tp, recs in records.items():
+            if not recs or (active is not None and tp not in active and tp not in buffered):
+                continue
+            track_end(tp, self.highwater(tp))
+            (chunked if tp.topic in self.chunk_topics else single)[tp] = recs
+        return chunked, single
+
+    async def _fetch(self, timeout: float) -> tuple[int, dict[TP, list[Any]], dict[TP, list[Any]]]:  # noqa: ASYNC109
+        """One fetch, checked as Faust's `getmany` checks it, split by `_split`."""
+        records, active = await self._wait_next_records(timeout)
+        generation = self.app.consumer_generation_id
+        if records is None or self.should_stop:
+            return generation, {}, {}
+        if not self.flow_active:
+            try:  # what Faust's getmany does when the flow is stopped
+                await self.perform_seek()
+            except Exception as exc:  # noqa: BLE001 - as upstream: the next fetch tries again
+                log.warning("seek to the commits while the flow is stopped failed: %r", exc)
+            return generation, {}, {}
+        return (generation, *self._split(records, active))
+
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - end to end
-        callback = self.callback
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
-        chunk_topics = self.chunk_topics
         stale = self._stale
-        since_yield = 0
+        to_message = self._to_message
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                ait = self.getmany(timeout=1.0)
+                generation, chunked, single = await self._fetch(timeout=1.0)
                 await self.sleep(0)
                 if self.should_stop:
                     continue
-                generation = self.app.consumer_generation_id
-                chunk: dict[TP, list[Message]] = {}
-                interrupted: set[TP] = set()
-                async for tp, message in ait:
-                    since_yield += 1
-                    if since_yield > 1000:
-                        await asyncio.sleep(0)
-                        since_yield = 0
-                    if tp in interrupted or stale(tp, message.offset):
-                        continue
-                    if tp.topic in chunk_topics:
-                        chunk.setdefault(tp, []).append(message)
-                        continue
-                    if self._commit_every is not None and self._n_acked >= self._commit_every:
-                        self._n_acked = 0
-                        await self.commit()
-                    if await self._hand_over(callback(message), "a message",
-                                             {tp: message.offset}):
-                        self._read_offset[tp] = message.offset
-                    else:
-                        interrupted.add(tp)  # everything after it is fetched again
-                if chunk:
-                    await self._deliver_chunk(generation, chunk)
+                if single:
+                    await self._deliver_each(generation, single)
+                if chunked and self.flow_active and self.app.consumer_generation_id == generation:
+                    # stale is checked here, after the hand-overs above: a rewind meanwhile
+                    # makes the rest of its partition's fetch stale
+                    chunk: dict[TP, list[Message]] = {}
+                    for tp, recs in chunked.items():
+                        msgs = [to_message(tp, r) for r in recs if not stale(tp, r.offset)]
+                        if msgs:
+                            chunk[tp] = msgs
+                    if chunk:
+                        await self._deliver_chunk(generation, chunk)
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -318,6 +372,28 @@ class FraudConsumer(faust_aiokafka.Consumer):
             raise
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
+
+    async def _deliver_each(self, generation: int, records: dict[TP, list[Any]]) -> None:
+        """Faust's per-message delivery (round-robin over topics) for topics not chunked."""
+        callback = self.callback
+        stale = self._stale
+        to_message = self._to_message
+        interrupted: set[TP] = set()
+        for n, (tp, record) in enumerate(self.scheduler.iterate(records)):
+            if not self.flow_active or self.app.consumer_generation_id != generation:
+                break
+            if n and n % 1000 == 0:
+                await asyncio.sleep(0)
+            if tp in interrupted or stale(tp, record.offset):
+                continue
+            if self._commit_every is not None and self._n_acked >= self._commit_every:
+                self._n_acked = 0
+                await self.commit()
+            message = to_message(tp, record)  # the conductor's callback tracks it
+            if await self._hand_over(callback(message), "a message", {tp: message.offset}):
+                self._read_offset[tp] = message.offset
+            else:
+                interrupted.add(tp)  # everything after it is fetched again
 
     # --- diagnostics ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

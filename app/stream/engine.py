@@ -116,12 +116,12 @@ class ScoreEngine:
         if not messages:
             return
         now = time.time()
+        metrics.observe_many(metrics.HOP_SECONDS.labels("append_to_engine"),
+                             [max(0.0, now - m.timestamp) for m in messages])
         inbound = self.app.monitor.stream_inbound_time
-        append = metrics.HOP_SECONDS.labels("append_to_engine")
         mono = time.monotonic()
-        for message in messages:
-            append.observe(max(0.0, now - message.timestamp))
-            inbound[message.tp] = mono  # Faust's livelock detector: this partition is served
+        for tp in {m.tp for m in messages}:
+            inbound[tp] = mono  # Faust's livelock detector: this partition is served
         metrics.BATCH_SIZE.observe(len(messages))
         t0 = time.perf_counter()
         outcome = self.pipeline.process(messages)
@@ -137,13 +137,13 @@ class ScoreEngine:
 
     def _ack(self, messages: Iterable[Message]) -> None:
         """The checkpoint's last step: the batch's messages may be committed."""
-        consumer = self.app.consumer
+        messages = list(messages)
+        self.app.consumer.ack_many(messages)
         now = time.time()
-        served = metrics.HOP_SECONDS.labels("event_to_served")
+        metrics.observe_many(metrics.HOP_SECONDS.labels("event_to_served"),
+                             [max(0.0, now - m.timestamp) for m in messages])
         newest: dict[Any, float] = {}
         for message in messages:
-            consumer.ack(message)
-            served.observe(max(0.0, now - message.timestamp))
             newest[message.tp] = message.timestamp
         for tp, ts in newest.items():
             metrics.LAG_SECONDS.labels(tp.topic, str(tp.partition)).set(max(0.0, now - ts))
