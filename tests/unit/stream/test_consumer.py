@@ -182,3 +182,40 @@ async def test_a_rewind_queued_behind_a_rebalance_is_dropped() -> None:
     assert await consumer.rewind(A, 40, "hand-over interrupted") is False
     assert broker.seeks == []
     assert consumer._read_offset[A] == 16
+
+
+def test_a_batch_ack_keeps_the_same_books_as_one_ack_per_message() -> None:
+    def batch() -> list:
+        other = TP("other", 0)
+        # 98 is below the commit, 101 comes twice, `other` takes no acks
+        return [message(A, 100), message(A, 101), message(A, 101), message(A, 98),
+                message(B, 7), message(other, 3)]
+
+    books = []
+    for one_by_one in (True, False):
+        consumer, _ = real_consumer({A: 100, B: None})
+        consumer.app.topics.acks_enabled_for = lambda topic: topic == "transactions"
+        messages = batch()
+        for m in messages:
+            consumer._unacked_messages.add(m)
+        if one_by_one:
+            taken = sum(consumer.ack(m) for m in messages)
+        else:
+            taken = consumer.ack_many(messages)
+        books.append((taken, dict(consumer._acked), dict(consumer._acked_index),
+                      consumer._n_acked, sorted((m.tp, m.offset) for m in consumer._unacked_messages),
+                      [m.acked for m in messages]))
+    assert books[0] == books[1]
+    assert books[1][0] == 3  # A:100, A:101, B:7
+
+
+def test_a_fetch_is_split_into_chunk_topics_and_the_rest_for_active_partitions_only() -> None:
+    consumer, _ = real_consumer({A: 0, B: 0})
+    ends: dict[TP, int] = {}
+    consumer.highwater = lambda tp: 50 + tp.partition
+    consumer.app.monitor.track_tp_end_offset = ends.__setitem__
+    other = TP("actions", 0)
+    records = {A: ["a0", "a1"], B: ["b0"], other: ["x0"], TP("transactions", 2): []}
+    chunked, single = consumer._split(records, {A, other})
+    assert (chunked, single) == ({A: ["a0", "a1"]}, {other: ["x0"]})  # B is paused
+    assert ends == {A: 50, other: 50}
