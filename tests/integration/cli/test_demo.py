@@ -64,7 +64,8 @@ def test_demo_keep_fits_one_screen_and_leaves_the_pipeline(stack_settings: Setti
     finally:
         stopped = _run(env, "--stop", timeout_s=90)
         if kept:
-            drop_quietly(settings.replace(topic_prefix=str(kept["topic_prefix"])))
+            drop_quietly(settings.replace(topic_prefix=str(kept["topic_prefix"]),
+                                          app_id=str(kept["app_id"])))
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert "stopped action service" in stopped.stdout and "worker (pid" in stopped.stdout, \
         stopped.stdout
