@@ -15,7 +15,6 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from app.cli.kept import KeptRun, kept_runs, stop_run
 from app.security.tokens import client_token
@@ -23,10 +22,6 @@ from app.settings import Settings, load_settings, settings_environ
 from app.stream import topics
 
 console = Console()
-
-#: Frozen cards listed in the summary; all of them go to <workdir>/frozen-cards.jsonl.
-FROZEN_ROWS = 10
-
 
 @click.command()
 @click.option("--cards", default=500, show_default=True, help="Cards in the generated log.")
@@ -110,9 +105,9 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
     lines = [line for line, _kind in log.iter_lines()]
     (workdir / "txns.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     counts = log.counts
-    console.print(f"generated {len(lines)} messages: {counts.transactions} transactions, "
-                  f"{counts.malformed} malformed, {counts.redelivered} redelivered, "
-                  f"{counts.fraud} labelled fraud  → {workdir / 'txns.jsonl'}")
+    console.print(f"generated {counts.transactions:,} transactions ({counts.fraud:,} fraud) + "
+                  f"{counts.malformed:,} malformed + {counts.redelivered:,} redelivered",
+                  highlight=False)
 
     web_port = _free_port()
     service = _spawn(settings, workdir, "action-service",
@@ -123,7 +118,7 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
     ok = False
     try:
         sent = asyncio.run(replay_messages(settings, lines))
-        console.print(f"replayed {sent.sent} messages at {sent.rate:,.0f} msg/s")
+        console.print(f"replayed {sent.sent:,} messages at {sent.rate:,.0f} msg/s", highlight=False)
         if not _wait_drained(settings, procs, workdir, timeout_s):
             return False
         names = [settings.topic(t) for t in topics.PIPELINE_TOPICS]
@@ -186,47 +181,35 @@ def _frozen_cards(settings: Settings, actions: list) -> list[dict]:  # noqa: ANN
 
 
 def render_summary(settings: Settings, sizes: dict[str, int], dlq: list, actions: list,
-                   frozen: list[dict], workdir: Path | None = None) -> bool:
-    """Print what the run did; True when every message is accounted for."""
+                   frozen: list[dict], workdir: Path) -> bool:
+    """Print what the run did in a dozen lines; True when every message is accounted for."""
     import orjson
 
-    table = Table("topic", "messages", title="What the pipeline wrote")
-    for name, size in sizes.items():
-        table.add_row(name.removeprefix(settings.topic_prefix), f"{size:,}")
-    console.print(table)
+    from app.cli.summary import summarise
+
+    (workdir / "frozen-cards.jsonl").write_bytes(b"".join(orjson.dumps(v) + b"\n"
+                                                          for v in frozen))
     reasons = Counter(r.headers.get("fraudstream.reason_code", "?") for r in dlq)
-    console.print("dead-lettered by reason: " + (", ".join(
-        f"{reason} {n}" for reason, n in reasons.most_common()) or "none"), highlight=False)
-    keys = {orjson.loads(r.value)["idempotency_key"]: orjson.loads(r.value)["type"] for r in actions}
-    by_type = Counter(keys.values())
-    ft = Table("card", "status", "frozen by txn", "alerts", title=f"Frozen cards ({len(frozen)})")
-    for view in frozen[:FROZEN_ROWS]:
-        ft.add_row(view["card_id"], view["status"], str(view.get("txn_id")),
-                   str(view.get("alerts_total", len(view.get("alerts", [])))))
-    if len(frozen) > FROZEN_ROWS:
-        where = f": all in {workdir / 'frozen-cards.jsonl'}" if workdir else ""
-        ft.caption = f"the first {FROZEN_ROWS} of {len(frozen)}{where}"
-    if workdir is not None:
-        (workdir / "frozen-cards.jsonl").write_bytes(b"".join(orjson.dumps(v) + b"\n"
-                                                              for v in frozen))
-    console.print(ft)
-    freezes = by_type.get("freeze_card", 0)
-    console.print(f"actions: {freezes} freeze_card, {by_type.get('alert_customer', 0)} "
-                  f"alert_customer ({len(actions) - len(keys)} re-sent copies absorbed by the "
-                  f"action service)")
-    if freezes > len(frozen):
-        console.print(f"  {freezes} freeze decisions for {len(frozen)} cards: every transaction "
-                      f"scored above the freeze threshold decides a freeze; the first freezes "
-                      f"the card, the later ones find it frozen already.", highlight=False)
-    source = sizes[settings.topic(topics.TRANSACTIONS)]
-    served = sizes[settings.topic(topics.FEATURES_SERVED)]
-    late = sizes[settings.topic(topics.TRANSACTIONS_LATE)]
-    all_frozen = all(v["status"] == "frozen" for v in frozen)
-    balanced = served + late + len(dlq) == source and all_frozen
-    colour = "green" if balanced else "red"
-    console.print(f"[{colour}]{source} in = {served} served + {late} late + {len(dlq)} "
-                  f"dead-lettered; every card decided frozen is frozen: {all_frozen}[/{colour}]")
-    return balanced
+    decoded = [orjson.loads(r.value) for r in actions]
+    summary = summarise(settings.topic_prefix, sizes, reasons,
+                        [(a["idempotency_key"], a["type"]) for a in decoded], frozen,
+                        "frozen-cards.jsonl")
+    for line in summary.lines:
+        console.print(line, highlight=False, markup=False)
+    style = "green" if summary.balanced else "red"
+    for line in summary.verdict:
+        console.print(line, style=style, highlight=False, markup=False)
+    console.print(f"{'files':<13}{shown_path(workdir)}/  (*.log, *.jsonl)",
+                  highlight=False, markup=False, soft_wrap=True)
+    return summary.balanced
+
+
+def shown_path(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it (shorter to read)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _spawn(settings: Settings, workdir: Path, name: str, args: list[str],

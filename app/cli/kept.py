@@ -35,12 +35,11 @@ class KeptRun:
         return f"FRAUDSTREAM_TOPIC_PREFIX={self.topic_prefix} FRAUDSTREAM_APP_ID={self.app_id}"
 
     def look_around(self, token: str, card_id: str | None) -> list[str]:
-        """The lines the demo ends with: where things are and the next commands."""
+        """The lines the demo ends with: where things are and the next commands (files: above)."""
         card = card_id or "<card_id>"
         return [
             f"action service  {self.service_url}  (token: {token}; pid {self.pids['action service']})",
             f"worker          {self.worker_url}/metrics  (pid {self.pids['worker']})",
-            f"logs            {self.workdir}",
             "",
             "Look around:",
             "  fraudstream watch --demo   # live: events/s, lag, latency per hop, effects",

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -109,11 +109,11 @@ class Spawned:
 
 
 def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker",
-                 dispatch: bool = True) -> Spawned:
-    """Start `fraudstream worker` for `settings` on a free web port."""
+                 dispatch: bool = True, args: Sequence[str] = ()) -> Spawned:
+    """Start `fraudstream worker` for `settings` on a free web port (`args`: more options)."""
     port = free_port()
     argv = [sys.executable, "-m", "app.cli.main", "worker", "--web-port", str(port),
-            "--loglevel", "INFO", "--dispatch" if dispatch else "--no-dispatch"]
+            "--loglevel", "INFO", "--dispatch" if dispatch else "--no-dispatch", *args]
     # the worker's data directory (worker-<port>) goes to the test's tmp dir, which pytest
     # prunes, not to the shared state directory
     env = settings_env(settings.replace(state_dir=tmp / "state"))

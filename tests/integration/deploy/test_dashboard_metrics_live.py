@@ -1,0 +1,72 @@
+"""Every metric the Grafana dashboard queries is on a running worker's or action service's page."""
+
+from __future__ import annotations
+
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from app.settings import Settings
+from tests.support import dashboard as dash
+from tests.support.pipeline import lines_of, make_log, replay, wait_drained
+from tests.support.procs import (
+    free_port,
+    http_ready,
+    spawn_action_service,
+    spawn_worker,
+    wait_until,
+)
+from tests.support.redisdb import flush_db, with_db
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DASHBOARD_REDIS_DB = 8
+
+
+def _page(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+        assert resp.status == 200, url
+        return resp.read().decode()
+
+
+def test_the_dashboard_queries_only_exported_metrics(fresh_settings: Settings,
+                                                     tmp_path: Path) -> None:
+    port = free_port()
+    redis_url = with_db(fresh_settings.effective_redis_url, DASHBOARD_REDIS_DB)
+    flush_db(redis_url)
+    settings = fresh_settings.replace(redis_url=redis_url, action_service_port=port,
+                                      action_service_url=f"http://127.0.0.1:{port}")
+    listen = free_port()
+    service = spawn_action_service(settings, tmp_path, port=port)
+    # as docker-compose.yml runs it: Prometheus scrapes --metrics-listen
+    worker = spawn_worker(settings, tmp_path, args=["--metrics-listen", f"127.0.0.1:{listen}"])
+    try:
+        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
+                   what="the action service")
+        wait_until(lambda: http_ready(f"http://127.0.0.1:{worker.port}/metrics"), timeout_s=60,
+                   what="the worker's metrics page")
+        lines = lines_of(make_log(cards=40, txns=600, malformed=0.05))
+        replay(settings, lines)
+        wait_drained(settings, [worker], expected=len(lines))
+        web_page = _page(f"http://127.0.0.1:{worker.port}/metrics")
+        listen_page = _page(f"http://127.0.0.1:{listen}/metrics")
+        service_page = _page(f"{settings.action_service_url}/metrics")
+    finally:
+        worker.stop(timeout_s=30)
+        service.stop(timeout_s=30)
+
+    queried = dash.queried_names(dash.load())
+    ours = {n for n in queried if n.startswith(("fraudstream_", "action_service_"))}
+    assert len(ours) >= 8, queried
+    assert dash.missing(queried, [web_page, service_page]) == set()
+    assert {n for n in queried if n.startswith("kafka_")} <= dash.KAFKA_EXPORTER
+    # the scraped listener serves the same families as the web port's /metrics
+    assert dash.exported_names([listen_page]) >= {n for n in ours
+                                                  if not n.startswith("action_service_")}
+    assert dash.missing(queried, [listen_page, service_page]) == set()
+    # and they carry data after a run: the panels would not be empty
+    for name in ("fraudstream_scored_total", "fraudstream_hop_seconds_bucket",
+                 "fraudstream_scorer_provider_info", "fraudstream_dlq_messages_total",
+                 "fraudstream_consumer_lag_seconds"):
+        assert f"\n{name}" in listen_page or f"\n{name}{{" in listen_page, name
