@@ -39,6 +39,7 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections import Counter, deque
+from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
 from typing import Final
@@ -82,6 +83,12 @@ def _le(a: array) -> bytes:
         a = array(a.typecode, a)
         a.byteswap()
     return a.tobytes()
+
+
+@lru_cache(maxsize=256)
+def _pairs(n: int) -> struct.Struct:
+    """Little-endian int64 pairs: a max deque of n (ts, amount) entries."""
+    return struct.Struct(f"<{2 * n}q")
 
 
 def _from_le(raw: memoryview) -> array:
@@ -300,7 +307,7 @@ class CardState:
             _LENGTHS.pack(*(len(q) for q in self._maxq), len(txn), *(len(v) for v in vals)),
             _le(self._ts[h:]), _le(self._amt[h:]), _le(self._prims[h * _WIDTH:]),
         ]
-        parts.extend(_le(array("q", chain.from_iterable(q))) for q in self._maxq)
+        parts.extend(_pairs(len(q)).pack(*chain.from_iterable(q)) for q in self._maxq)
         parts.append(txn)
         parts.extend(vals)
         return b"".join(parts)

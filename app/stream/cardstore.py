@@ -103,7 +103,9 @@ class TableCards:
         topic = self.table.changelog_topic.get_topic_name()
         grouped: dict[tuple[str, int], list[Entry]] = {}
         for key, (partition, record) in cards.items():
-            with _at_partition(partition):
-                data[key] = record
             grouped.setdefault((topic, partition), []).append((key, record, ()))
+        for (_, partition), entries in grouped.items():
+            with _at_partition(partition):  # once per partition: the store picks its database
+                for key, record, _ in entries:
+                    data[key] = record
         return await self.sink.send_to(grouped)
