@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import orjson
+from typing import Protocol
 
 from app.features.declaration import FEATURE_NAMES
 from app.features.state import Accepted, CardState, Late, Redelivered
 from app.stream import cardrecord, metrics, topics
 from app.stream.records import OutRecord, SourceMessage, rejected_record
+from app.stream.served import ServedRow
 from app.transactions.contract import ContractError, Transaction, parse_transaction
 
 log = logging.getLogger(__name__)
@@ -146,22 +145,14 @@ class TransactionPipeline:
         return _Card(CardState.from_bytes(rec.state), rec.partition, rec.offset)
 
 
-def served_row(item: Scored, *, score: float | None, model_version: str | None) -> dict[str, Any]:
+def served_row(item: Scored, *, score: float | None, model_version: str | None) -> ServedRow:
     """The features.served record: what was served for one transaction, and where it came from."""
-    return {
-        "txn_id": item.txn.txn_id,
-        "card_id": item.txn.card_id,
-        "ts_ms": item.txn.ts_ms,
-        "partition": item.source.partition,
-        "offset": item.source.offset,
-        "features": dict(zip(FEATURE_NAMES, item.features, strict=True)),
-        "score": score,
-        "model_version": model_version,
-        "redelivered": item.redelivered,
-    }
+    return ServedRow(item.txn.txn_id, item.txn.card_id, item.txn.ts_ms, item.source.partition,
+                     item.source.offset, dict(zip(FEATURE_NAMES, item.features, strict=True)),
+                     score, model_version, item.redelivered)
 
 
 def served_record(item: Scored, *, score: float | None, model_version: str | None) -> OutRecord:
     """`served_row` as a message for features.served, keyed by card_id."""
     row = served_row(item, score=score, model_version=model_version)
-    return OutRecord(topics.FEATURES_SERVED, item.txn.card_id.encode(), orjson.dumps(row))
+    return OutRecord(topics.FEATURES_SERVED, item.txn.card_id.encode(), row.to_json())

@@ -9,6 +9,7 @@ from app.features.declaration import FEATURE_NAMES
 from app.stream import cardrecord, topics
 from app.stream.pipeline import BatchOutcome, TransactionPipeline, served_row
 from app.stream.records import H_REASON_CODE, H_SOURCE_OFFSET, SourceMessage, header_map
+from app.stream.served import decode_served
 
 NOW = 1_767_225_600_000 + 86_400_000 * 30
 T0 = 1_767_225_600_000
@@ -97,9 +98,14 @@ def test_redelivery_rescored_with_first_features_after_restart(store: DictStore)
 def test_served_row_names_every_feature(store: DictStore) -> None:
     out = pipeline(store).run(msgs([txn(1, amount=250)]))
     row = served_row(out.scored[0], score=0.5, model_version="v1")
-    assert list(row["features"]) == list(FEATURE_NAMES)
-    assert row["features"]["count_24h"] == 1 and row["features"]["sum_24h"] == 250
-    assert row["partition"] == 3 and row["offset"] == 0 and row["redelivered"] is False
+    assert list(row.features) == list(FEATURE_NAMES)
+    assert row.features["count_24h"] == 1 and row.features["sum_24h"] == 250
+    assert row.partition == 3 and row.offset == 0 and row.redelivered is False
+    # the record on the wire is the same record read back (what audit-skew reads)
+    assert decode_served(row.to_json()) == row
+    assert orjson.loads(row.to_json()) == row.to_dict()
+    with pytest.raises(ValueError):
+        decode_served(orjson.dumps({**row.to_dict(), "extra": 1}))
 
 
 def test_nothing_is_saved_until_persist(store: DictStore) -> None:
