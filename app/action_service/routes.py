@@ -89,14 +89,15 @@ async def post_action(request: web.Request) -> web.Response:
     if result.verdict == "created":
         body = render_result(action, result)
         metrics.child(metrics.effects, action.type, body["outcome"]).inc()
-        logger.info(
-            "action applied key=%s type=%s card_ref=%s outcome=%s effect_id=%s",
-            key,
-            action.type,
-            card_ref(action.card_id),
-            body["outcome"],
-            body["effect_id"],
-        )
+        if logger.isEnabledFor(logging.INFO):  # card_ref hashes: only when it is logged
+            logger.info(
+                "action applied key=%s type=%s card_ref=%s outcome=%s effect_id=%s",
+                key,
+                action.type,
+                card_ref(action.card_id),
+                body["outcome"],
+                body["effect_id"],
+            )
         return json_reply(body, 201, {"Location": f"/v1/actions/{key}"})
     if result.verdict == "replay":
         metrics.child(metrics.replays, action.type).inc()
