@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +118,12 @@ class Run:
     latencies: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     elapsed: float = 0.0
+    cpu_s: float = float("nan")  # CPU seconds the server process spent during the run
+
+    @property
+    def cpu_us(self) -> float:
+        """Server CPU microseconds per request."""
+        return 1e6 * self.cpu_s / len(self.latencies)
 
     @property
     def rps(self) -> float:
@@ -177,8 +184,16 @@ def _line(name: str, run: Run) -> str:
     codes = " ".join(f"{k}:{v}" for k, v in sorted(run.statuses.items()))
     return (
         f"  {name:9s} {len(run.latencies):6d} req {run.rps:8.0f} req/s  p50 {run.pct(50):6.2f} ms"
-        f"  p99 {run.pct(99):6.2f} ms  [{codes}]"
+        f"  p99 {run.pct(99):6.2f} ms  cpu {run.cpu_us:5.0f} us/req  [{codes}]"
     )
+
+
+def _measured(pid: int | None, load: Callable[[], Run]) -> Run:
+    """Run `load` and record the CPU time the server `pid` spent meanwhile."""
+    before = _cpu_s(pid)
+    run = load()
+    run.cpu_s = _cpu_s(pid) - before
+    return run
 
 
 def _mixed_jobs(
@@ -207,6 +222,11 @@ def _metric(port: int, name: str) -> float:
             if line.startswith(name + " "):
                 return float(line.split()[1])
     return float("nan")
+
+
+def _py_spy() -> str:
+    """py-spy from PATH, else the one installed beside this interpreter (a venv's bin)."""
+    return shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 
 
 def _cpu_s(pid: int | None) -> float:
@@ -254,12 +274,13 @@ def main() -> None:
         _wait_listening(svc_port, lambda: svc.poll() is None)
         _wait_listening(bare_port, bare.is_alive)
         ports = {"bare": bare_port, "service": svc_port}
+        pids = {"bare": bare.pid, "service": svc.pid}
         warm = _actions("warm", 500)
         for port in ports.values():
             asyncio.run(_load(port, [[_request(port, a)] for a in warm], 8, 10))
 
         applied: list[Action] = list(warm)
-        ratios: dict[int, list[tuple[float, float]]] = {}
+        ratios: dict[int, list[tuple[float, float, float]]] = {}
         for concurrency in (8, 32):
             print(f"concurrency {concurrency} (new keys), {opts.requests} requests per run")
             for rnd in range(opts.rounds):
@@ -272,12 +293,13 @@ def main() -> None:
                     spy = None
                     if name == "service" and concurrency == 32 and rnd == 0 and opts.py_spy:
                         spy = subprocess.Popen(  # noqa: S603
-                            ["py-spy", "record", "--native", "--format", "raw", "--rate", "250",
+                            [_py_spy(), "record", "--native", "--format", "raw", "--rate", "250",
                              "--pid", str(svc.pid), "-o", opts.py_spy],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                         )
                         time.sleep(1.0)  # let py-spy attach before the load starts
-                    runs[name] = asyncio.run(_load(port, jobs, concurrency, opts.max_seconds))
+                    runs[name] = _measured(pids[name], lambda port=port, jobs=jobs, c=concurrency: asyncio.run(
+                        _load(port, jobs, c, opts.max_seconds)))
                     if spy is not None:
                         spy.send_signal(signal.SIGINT)
                         spy.wait(timeout=60)
@@ -287,9 +309,11 @@ def main() -> None:
                 pair = (
                     runs["service"].rps / runs["bare"].rps,
                     runs["service"].pct(99) / runs["bare"].pct(99),
+                    runs["service"].cpu_us / runs["bare"].cpu_us,
                 )
                 ratios.setdefault(concurrency, []).append(pair)
-                print(f"  round {rnd}: ratio service/bare req/s {pair[0]:.2f}x, p99 {pair[1]:.2f}x")
+                print(f"  round {rnd}: ratio service/bare req/s {pair[0]:.2f}x, p99 {pair[1]:.2f}x,"
+                      f" cpu/req {pair[2]:.2f}x")
 
         rng = random.Random(13)
         fresh = _actions("mixed", opts.requests)
@@ -297,7 +321,8 @@ def main() -> None:
         for name in ("bare", "service"):
             rng.seed(13)
             jobs = _mixed_jobs(ports[name], fresh, applied, rng)
-            mixed[name] = asyncio.run(_load(ports[name], jobs, 32, opts.max_seconds))
+            mixed[name] = _measured(pids[name], lambda name=name, jobs=jobs: asyncio.run(
+                _load(ports[name], jobs, 32, opts.max_seconds)))
         print("concurrency 32, mixed: 30 % replays, 5 % concurrent duplicates")
         for name in ("bare", "service"):
             print(_line(name, mixed[name]))
@@ -321,8 +346,10 @@ def main() -> None:
             print(
                 f"  c={concurrency:<3d} req/s {statistics.median(p[0] for p in pairs):.2f}x"
                 f"   p99 {statistics.median(p[1] for p in pairs):.2f}x"
+                f"   cpu/req {statistics.median(p[2] for p in pairs):.2f}x"
             )
-        print(f"  mixed  req/s {mixed_ratio[0]:.2f}x   p99 {mixed_ratio[1]:.2f}x")
+        print(f"  mixed  req/s {mixed_ratio[0]:.2f}x   p99 {mixed_ratio[1]:.2f}x"
+              f"   cpu/req {mixed['service'].cpu_us / mixed['bare'].cpu_us:.2f}x")
         if batches == batches and batches > 0:
             print(
                 f"  service: {batches:.0f} script calls, mean batch {batched / batches:.2f}, "

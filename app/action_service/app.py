@@ -1,23 +1,19 @@
-"""The action service's aiohttp application: factory, typed app keys, Redis lifecycle, middleware."""
+"""The action service's aiohttp application: factory, typed app keys, Redis lifecycle."""
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Final, Protocol
+from collections.abc import AsyncIterator
+from typing import Protocol
 
 from aiohttp import web
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE, TOKENS
 from app.action_service.metrics import ServiceMetrics
-from app.action_service.replies import error_reply, unavailable_reply
+from app.action_service.observe import unmatched_as_json
 from app.action_service.routes import MAX_BODY_BYTES, setup_routes
 from app.action_service.store import ActionStore
 from app.security.redis import redis_connection_kwargs
@@ -25,10 +21,6 @@ from app.security.tokens import TokenSet, service_tokens
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-#: Methods counted under their own label; anything else is counted as OTHER.
-_METHODS: Final = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
-
 
 class RedisClientFactory(Protocol):
     """Builds the service's Redis client from settings (tests inject their own)."""
@@ -76,10 +68,13 @@ def create_app(
             "need 0 <= FRAUDSTREAM_IDEMPOTENCY_MARGIN_S < FRAUDSTREAM_IDEMPOTENCY_TTL_S, got "
             f"{settings.idempotency_margin_s} and {settings.idempotency_ttl_s}"
         )
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_observe])
+    # Each route is wrapped once when mounted (see observe.py), so a request pays for no route
+    # or label lookup; the one middleware only turns the router's 404/405 into JSON.
+    metrics = ServiceMetrics()
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[unmatched_as_json(metrics)])
     app[SETTINGS] = settings
     app[TOKENS] = tokens
-    app[METRICS] = ServiceMetrics()
+    app[METRICS] = metrics
     app[IN_FLIGHT] = set()
     factory = redis_client_factory or default_redis_client
 
@@ -113,39 +108,3 @@ def create_app(
     app.cleanup_ctx.append(redis_context)
     setup_routes(app)
     return app
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Count and time every request; turn exceptions into the JSON error shape."""
-    started = time.perf_counter()
-    resource = getattr(request.match_info.route, "resource", None)
-    route = resource.canonical if resource is not None else "unmatched"
-    method = request.method if request.method in _METHODS else "OTHER"
-    metrics = request.app[METRICS]
-    try:
-        response = await handler(request)
-    except web.HTTPException as exc:
-        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
-        response = error_reply(exc.status, exc.reason, None, headers)
-    except (RedisConnectionError, RedisTimeoutError, RedisOutOfMemoryError) as exc:
-        metrics.redis_unavailable.inc()
-        logger.warning("redis unavailable route=%s error=%s", route, type(exc).__name__)
-        response = unavailable_reply()
-    except Exception:
-        logger.exception("unhandled error route=%s method=%s", route, request.method)
-        response = error_reply(500, "internal error", None)
-    elapsed = time.perf_counter() - started
-    metrics.child(metrics.requests, route, method, str(response.status)).inc()
-    metrics.child(metrics.latency, route, method).observe(elapsed)
-    logger.debug(
-        "request route=%s method=%s status=%d ms=%.2f",
-        route,
-        method,
-        response.status,
-        elapsed * 1000,
-    )
-    return response

@@ -33,6 +33,10 @@ local function wrong_type(name, wanted)
   return nil
 end
 
+-- The shared streams are only ever appended to below, so one type check per batch holds for
+-- every action of it (a wrong one refuses each action that would write, before its writes).
+local shared_bad = wrong_type(effects, 'stream') or wrong_type(alerts, 'stream')
+
 -- One action: k = 3 key names (idem, card, card alerts), a = 10 arguments (see ARGV above).
 -- Returns verdict, outcome, applied_at_ms, effect_id.
 local function apply_one(k, a)
@@ -40,9 +44,7 @@ local function apply_one(k, a)
   local key, fingerprint, action_type, card_id, txn_id = a[1], a[2], a[3], a[4], a[5]
   local ts_ms, score, model_version, decided_at_ms, reason = a[6], a[7], a[8], a[9], a[10]
 
-  local bad = wrong_type(idem, 'hash')
-  if bad then return 'error', bad, '', '' end
-
+  -- (HMGET refuses an idem key of the wrong type with an error, before any write)
   -- A known key answers from its record, whatever the action's age: a replay is harmless.
   -- (Every record has a fingerprint, so a missing one means a missing key.)
   local known = redis.call('HMGET', idem, 'fingerprint', 'outcome', 'applied_at_ms', 'effect_id')
@@ -69,9 +71,14 @@ local function apply_one(k, a)
   if action_type ~= 'freeze_card' and action_type ~= 'alert_customer' then
     return 'error', 'ERR unknown action type', '', ''
   end
-  for _, pair in ipairs({{card, 'hash'}, {card_alerts, 'list'}, {effects, 'stream'}, {alerts, 'stream'}}) do
-    bad = wrong_type(pair[1], pair[2])
-    if bad then return 'error', bad, '', '' end
+  if shared_bad then return 'error', shared_bad, '', '' end
+  if action_type == 'alert_customer' then
+    -- an alert writes the alerts stream first, then the card's list and hash: check both
+    -- (a freeze's first command on its card is HGET, which refuses a wrong type itself)
+    for _, pair in ipairs({{card, 'hash'}, {card_alerts, 'list'}}) do
+      local bad = wrong_type(pair[1], pair[2])
+      if bad then return 'error', bad, '', '' end
+    end
   end
 
   local outcome

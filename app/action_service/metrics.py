@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -86,6 +87,18 @@ class ServiceMetrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def status_counters(self, route: str, method: str) -> Callable[[int], Any]:
+        """The requests counter of `route` and `method` by status, children cached."""
+        cache: dict[int, Any] = {}
+
+        def counter(status: int) -> Any:
+            found = cache.get(status)
+            if found is None:
+                found = cache[status] = self.requests.labels(route, method, str(status))
+            return found
+
+        return counter
 
     def batch_done(self, size: int, seconds: float) -> None:
         """One apply script call of `size` actions took `seconds` (the batcher's observer)."""

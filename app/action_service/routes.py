@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS, STORE, TOKENS
 from app.action_service.metrics import CONTENT_TYPE_LATEST
+from app.action_service.observe import observed
 from app.action_service.openapi import build_openapi
 from app.action_service.replies import RETRY_AFTER_S, error_reply, json_reply
 from app.action_service.store import render_card, render_record, render_result
@@ -89,14 +90,15 @@ async def post_action(request: web.Request) -> web.Response:
     if result.verdict == "created":
         body = render_result(action, result)
         metrics.child(metrics.effects, action.type, body["outcome"]).inc()
-        logger.info(
-            "action applied key=%s type=%s card_ref=%s outcome=%s effect_id=%s",
-            key,
-            action.type,
-            card_ref(action.card_id),
-            body["outcome"],
-            body["effect_id"],
-        )
+        if logger.isEnabledFor(logging.INFO):  # card_ref hashes: only when it is logged
+            logger.info(
+                "action applied key=%s type=%s card_ref=%s outcome=%s effect_id=%s",
+                key,
+                action.type,
+                card_ref(action.card_id),
+                body["outcome"],
+                body["effect_id"],
+            )
         return json_reply(body, 201, {"Location": f"/v1/actions/{key}"})
     if result.verdict == "replay":
         metrics.child(metrics.replays, action.type).inc()
@@ -189,11 +191,16 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def setup_routes(app: web.Application) -> None:
-    """Mount every route (GET routes answer GET only, exactly as /openapi.json says)."""
-    app.router.add_post("/v1/actions", post_action)
-    app.router.add_get("/v1/actions/{idempotency_key}", get_action, allow_head=False)
-    app.router.add_get("/v1/cards/{card_id}", get_card, allow_head=False)
-    app.router.add_get("/healthz", healthz, allow_head=False)
-    app.router.add_get("/readyz", readyz, allow_head=False)
-    app.router.add_get("/metrics", metrics, allow_head=False)
-    app.router.add_get("/openapi.json", openapi, allow_head=False)
+    """Mount every route (GET routes answer GET only, exactly as /openapi.json says), each
+    counted and timed (see observe.py)."""
+    observer = app[METRICS]
+    app.router.add_post("/v1/actions", observed(observer, "/v1/actions", "POST", post_action))
+    for path, handler in (
+        ("/v1/actions/{idempotency_key}", get_action),
+        ("/v1/cards/{card_id}", get_card),
+        ("/healthz", healthz),
+        ("/readyz", readyz),
+        ("/metrics", metrics),
+        ("/openapi.json", openapi),
+    ):
+        app.router.add_get(path, observed(observer, path, "GET", handler), allow_head=False)

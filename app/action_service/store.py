@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from app.action_service.apply_script import ApplyResult, ScriptLimits
 from app.action_service.batcher import ApplyBatcher, BatchObserver, ScriptConnection
+from app.action_service.raw_connection import RawConnection
 from app.action_service.redis_keys import card_alerts_key, card_key, idem_key
 from app.actions.action import Action
 
@@ -44,9 +45,12 @@ class ActionStore:
         )
 
     def _dedicated_connection(self) -> ScriptConnection:
-        """A connection of the client's kind and options, outside its pool (connects lazily)."""
+        """A raw connection opened like the client's own (kind and options), outside its pool;
+        it connects lazily and waits for a reply as long as the client's socket timeout."""
         pool = self._redis.connection_pool
-        return pool.connection_class(**pool.connection_kwargs)  # type: ignore[no-any-return]
+        kwargs = pool.connection_kwargs
+        return RawConnection(lambda: pool.connection_class(**kwargs),
+                             kwargs.get("socket_timeout"))
 
     @property
     def max_age_ms(self) -> int:
