@@ -263,3 +263,22 @@ async def test_a_failed_open_fails_its_batch_and_the_next_batch_opens_again():
     assert (await second).verdict == "created"
     assert (conn.tries, conn.opened) == (2, 1)
     await batcher.close()
+
+
+async def test_close_waits_for_the_batch_in_flight_and_fails_what_is_queued():
+    conn = FakeConnection()
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=1)
+    in_flight = batcher.submit(_action(0))
+    await _settle()
+    queued = batcher.submit(_action(1))
+    closing = asyncio.ensure_future(batcher.close())
+    await _settle()
+    assert not closing.done()  # Redis has not answered the batch in flight
+    conn.gate.put_nowait("auto")
+    await closing
+    assert (await in_flight).verdict == "created"
+    with pytest.raises(RedisConnectionError, match="shutting down"):
+        await queued
+    assert _batch_sizes(conn) == [1] and conn.disconnected
+    with pytest.raises(RuntimeError):
+        batcher.submit(_action(2))
