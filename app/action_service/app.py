@@ -13,7 +13,6 @@ from redis.backoff import ExponentialBackoff
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE, TOKENS
 from app.action_service.metrics import ServiceMetrics
-from app.action_service.observe import unmatched_as_json
 from app.action_service.routes import MAX_BODY_BYTES, setup_routes
 from app.action_service.store import ActionStore
 from app.security.redis import redis_connection_kwargs
@@ -69,9 +68,9 @@ def create_app(
             f"{settings.idempotency_margin_s} and {settings.idempotency_ttl_s}"
         )
     # Each route is wrapped once when mounted (see observe.py), so a request pays for no route
-    # or label lookup; the one middleware only turns the router's 404/405 into JSON.
+    # or label lookup; 404/405 come from catch-all routes, so there is no middleware to run.
     metrics = ServiceMetrics()
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[unmatched_as_json(metrics)])
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[SETTINGS] = settings
     app[TOKENS] = tokens
     app[METRICS] = metrics

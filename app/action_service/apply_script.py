@@ -12,7 +12,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import hiredis
 
@@ -51,10 +51,10 @@ def apply_script_sha() -> str:
     return hashlib.sha1(apply_script_source().encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
+class ApplyResult(NamedTuple):
     """What the apply script decided and the server time it used; for created and replay
-    also the key's stored outcome, applied_at_ms and effect_id."""
+    also the key's stored outcome, applied_at_ms and effect_id. (A named tuple: one is built
+    per action on the hot path, and a frozen dataclass costs several times as much.)"""
 
     verdict: Verdict
     now_ms: int
@@ -84,6 +84,9 @@ def _action_keys(action: Action) -> tuple[str, str, str]:
 
 
 def _action_args(action: Action) -> tuple[str, ...]:
+    # the freeze reason is read by the script for a freeze only
+    reason = (f"freeze_card by model {action.model_version} (score {action.score:.6g})"
+              if action.type == "freeze_card" else "")
     return (
         action.idempotency_key,
         action_fingerprint(action),
@@ -94,7 +97,7 @@ def _action_args(action: Action) -> tuple[str, ...]:
         repr(action.score),
         action.model_version,
         str(action.decided_at_ms),
-        f"freeze_card by model {action.model_version} (score {action.score:.6g})",
+        reason,
     )
 
 
@@ -104,8 +107,8 @@ def pack_call(actions: Sequence[Action], limits: ScriptLimits) -> bytes:
     args: list[str] = [str(limits.ttl_ms), str(limits.max_age_ms), str(limits.margin_ms),
                        str(limits.alerts_per_card)]
     for action in actions:
-        keys.extend(_action_keys(action))
-        args.extend(_action_args(action))
+        keys += _action_keys(action)
+        args += _action_args(action)
     return hiredis.pack_command(("EVALSHA", apply_script_sha(), len(keys), *keys, *args))
 
 

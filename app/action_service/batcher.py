@@ -1,11 +1,15 @@
 """The apply batcher: every pending action goes to Redis in one script call per batch.
 
 Handlers `submit` an action and await its future. Up to `lanes` batches are in flight at
-once, each on a dedicated Redis connection. A lane that is free takes everything pending (up
-to `max_batch`) and sends it as one EVALSHA; what arrives meanwhile waits for the next free
-lane. At low load a batch is one request, so nothing waits to fill a batch. With
-`appendfsync always` Redis fsyncs once per event-loop pass for all clients anyway, so one call
-for many actions costs no durability: no future resolves before Redis has answered.
+once, each on a dedicated Redis connection. Submitting schedules one dispatch at the end of
+the current event-loop pass, so every action submitted in that pass can share a call; a lane
+that is free then takes everything pending (up to `max_batch`) and writes it as one EVALSHA,
+right there, with no task. What arrives meanwhile waits for the next free lane. The reply is
+handed to the batch from the connection's `data_received`, which resolves the handlers'
+futures and sends the next batch on the freed lane in the same callback. At low load a batch
+is one request, so nothing waits to fill a batch. With `appendfsync always` Redis fsyncs once
+per event-loop pass for all clients anyway, so one call for many actions costs no durability:
+no future resolves before Redis has answered.
 
 A failure of the call (connection lost, timeout, out of memory) fails every action of that
 batch with the same Redis error (the handlers answer 503). The script may or may not have run;
@@ -38,11 +42,15 @@ logger = logging.getLogger(__name__)
 
 
 class ScriptConnection(Protocol):
-    """The part of `redis.asyncio.Connection` a lane uses (tests may pass fakes)."""
+    """What a lane needs of its connection (`RawConnection`; tests pass fakes)."""
 
-    async def send_packed_command(self, command: bytes, check_health: bool = True) -> None: ...
+    def is_open(self) -> bool: ...
 
-    async def read_response(self) -> Any: ...
+    async def open(self) -> None: ...
+
+    def send(self, command: bytes, on_reply: Callable[[Any], None]) -> None:
+        """Write `command`; `on_reply` is called once, in send order, with the reply or with
+        the exception for it (error reply, lost connection, timeout)."""
 
     async def disconnect(self, nowait: bool = False) -> None: ...
 
@@ -54,6 +62,20 @@ class BatchObserver(Protocol):
 
 
 _Pending = tuple[Action, "asyncio.Future[ApplyResult]", "Callable[[], None] | None"]
+
+
+class _Call:
+    """One batch on one lane: its command, and what its reply resolves."""
+
+    __slots__ = ("batch", "conn", "load_error", "packed", "reloaded", "started")
+
+    def __init__(self, conn: ScriptConnection, batch: list[_Pending]) -> None:
+        self.conn = conn
+        self.batch = batch
+        self.packed = b""
+        self.started = 0.0
+        self.reloaded = False
+        self.load_error: BaseException | None = None
 
 
 class ApplyBatcher:
@@ -76,7 +98,10 @@ class ApplyBatcher:
         self._pending: deque[_Pending] = deque()
         self._idle: list[ScriptConnection] = [connect() for _ in range(lanes)]
         self._all = list(self._idle)
+        self._busy = 0
+        self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._drained: asyncio.Future[None] | None = None
         self._closed = False
 
     def submit(
@@ -89,9 +114,12 @@ class ApplyBatcher:
         """
         if self._closed:
             raise RuntimeError("the apply batcher is closed")
-        future: asyncio.Future[ApplyResult] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ApplyResult] = loop.create_future()
         self._pending.append((action, future, settled))
-        self._dispatch()
+        if not self._scheduled and self._idle:
+            self._scheduled = True
+            loop.call_soon(self._dispatch)
         return future
 
     async def apply(self, action: Action) -> ApplyResult:
@@ -99,58 +127,95 @@ class ApplyBatcher:
         return await self.submit(action)
 
     def _dispatch(self) -> None:
-        while self._idle and self._pending:
-            batch = [self._pending.popleft()
-                     for _ in range(min(self._max_batch, len(self._pending)))]
-            task = asyncio.get_running_loop().create_task(self._flush(self._idle.pop(), batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self._scheduled = False
+        while self._idle and self._pending and not self._closed:
+            pending = self._pending
+            batch = [pending.popleft() for _ in range(min(self._max_batch, len(pending)))]
+            call = _Call(self._idle.pop(), batch)
+            self._busy += 1
+            if call.conn.is_open():
+                self._send(call)
+            else:
+                task = asyncio.get_running_loop().create_task(self._open_and_send(call))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
-    async def _flush(self, conn: ScriptConnection, batch: list[_Pending]) -> None:
+    async def _open_and_send(self, call: _Call) -> None:
         try:
-            started = time.perf_counter()
-            try:
-                reply = await self._call(conn, pack_call([p[0] for p in batch], self._limits))
-                results: list[Any] = parse_reply(reply, len(batch))
-            except Exception as exc:  # every action of the batch shares the failure
-                logger.warning("apply batch failed size=%d error=%s", len(batch),
-                               type(exc).__name__)
-                results = [exc] * len(batch)
-            if self._observer is not None:
-                self._observer.batch_done(len(batch), time.perf_counter() - started)
-            for (_, future, settled), result in zip(batch, results, strict=True):
-                if settled is not None:
-                    settled()
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-        finally:
-            self._idle.append(conn)
-            if not self._closed:
-                self._dispatch()
+            await call.conn.open()
+        except Exception as exc:  # every action of the batch shares the failure
+            self._finish(call, exc)
+            return
+        self._send(call)
+
+    def _send(self, call: _Call) -> None:
+        try:
+            call.packed = pack_call([p[0] for p in call.batch], self._limits)
+        except Exception as exc:
+            self._finish(call, exc)
+            return
+        call.started = time.perf_counter()
+        call.conn.send(call.packed, lambda reply: self._replied(call, reply))
+
+    def _replied(self, call: _Call, reply: Any) -> None:
+        """The script call's reply (or error); on NOSCRIPT (nothing ran: a restarted Redis)
+        load the script and resend once, both written at once (Redis answers in order)."""
+        if isinstance(reply, NoScriptError):
+            if call.load_error is not None:
+                reply = call.load_error
+            elif not call.reloaded and call.conn.is_open():
+                call.reloaded = True
+                call.conn.send(hiredis.pack_command(("SCRIPT", "LOAD", apply_script_source())),
+                               lambda loaded: self._loaded(call, loaded))
+                call.conn.send(call.packed, lambda again: self._replied(call, again))
+                return
+        self._finish(call, reply)
 
     @staticmethod
-    async def _call(conn: ScriptConnection, packed: bytes) -> Any:
-        """EVALSHA; on NOSCRIPT (nothing ran: a restarted Redis) load the script and resend."""
-        await conn.send_packed_command(packed)
-        try:
-            return await conn.read_response()
-        except NoScriptError:
-            await conn.send_packed_command(
-                hiredis.pack_command(("SCRIPT", "LOAD", apply_script_source()))
-            )
-            await conn.read_response()
-            await conn.send_packed_command(packed)
-            return await conn.read_response()
+    def _loaded(call: _Call, reply: Any) -> None:
+        if isinstance(reply, BaseException):
+            call.load_error = reply  # the resent call then fails with it, not with NOSCRIPT
+
+    def _finish(self, call: _Call, reply: Any) -> None:
+        """Resolve the batch's futures, free its lane, and send what is pending on it."""
+        batch = call.batch
+        results: list[Any]
+        if isinstance(reply, BaseException):
+            results = [reply] * len(batch)
+        else:
+            try:
+                results = parse_reply(reply, len(batch))
+            except Exception as exc:
+                reply = exc
+                results = [exc] * len(batch)
+        if isinstance(reply, BaseException):
+            logger.warning("apply batch failed size=%d error=%s", len(batch),
+                           type(reply).__name__)
+        if self._observer is not None and call.started:
+            self._observer.batch_done(len(batch), time.perf_counter() - call.started)
+        for (_, future, settled), result in zip(batch, results, strict=True):
+            if settled is not None:
+                settled()
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        self._idle.append(call.conn)
+        self._busy -= 1
+        if self._closed:
+            if self._busy == 0 and self._drained is not None and not self._drained.done():
+                self._drained.set_result(None)
+        elif self._pending:
+            self._dispatch()
 
     async def close(self) -> None:
         """Let batches in flight finish, fail what is still queued, close the connections."""
         self._closed = True
-        if self._tasks:
-            await asyncio.wait(set(self._tasks))
+        if self._busy:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
         while self._pending:
             _, future, settled = self._pending.popleft()
             if settled is not None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from app.action_service.collectors import CounterFamily, HistogramFamily
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServiceMetrics"]
 
@@ -17,62 +19,63 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 class ServiceMetrics:
     """Counters and histograms; one registry per app so tests can build many.
 
-    Label children are looked up once and cached (`child`): `labels()` costs a lock and a
-    tuple build on every call, which shows on the per-request path.
+    They are lock-free families (collectors.py) folded into samples at scrape time, with the
+    names, labels and samples of prometheus_client's own; label children are looked up once
+    and cached (`child`), so a request pays a dict lookup and an addition per metric.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
+        self.requests = CounterFamily(
             "action_service_requests_total",
             "HTTP requests by route template, method and status.",
             ["route", "method", "status"],
             registry=r,
         )
-        self.latency = Histogram(
+        self.latency = HistogramFamily(
             "action_service_request_duration_seconds",
             "HTTP request latency by route template and method.",
             ["route", "method"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.effects = Counter(
+        self.effects = CounterFamily(
             "action_service_effects_applied_total",
             "Keys applied (answered 201) by action type and outcome.",
             ["type", "outcome"],
             registry=r,
         )
-        self.replays = Counter(
+        self.replays = CounterFamily(
             "action_service_replays_absorbed_total",
             "Known keys answered 200 from the stored record (no second effect).",
             ["type"],
             registry=r,
         )
-        self.gone = Counter(
+        self.gone = CounterFamily(
             "action_service_gone_total",
             "Actions refused with 410: too old to be deduplicated safely.",
             registry=r,
         )
-        self.conflicts = Counter(
+        self.conflicts = CounterFamily(
             "action_service_key_conflicts_total",
             "Idempotency-key conflicts: reused with another payload (422) or in flight (409).",
             ["kind"],
             registry=r,
         )
-        self.redis_unavailable = Counter(
+        self.redis_unavailable = CounterFamily(
             "action_service_redis_unavailable_total",
             "Requests answered 503 because Redis could not be reached.",
             registry=r,
         )
 
-        self.apply_batch_size = Histogram(
+        self.apply_batch_size = HistogramFamily(
             "action_service_apply_batch_size",
             "Actions per apply script call (the apply batcher's batch size).",
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
-        self.redis_round_trip = Histogram(
+        self.redis_round_trip = HistogramFamily(
             "action_service_redis_round_trip_seconds",
             "Time of one apply script call: send, run in Redis, reply read.",
             buckets=_LATENCY_BUCKETS,
@@ -80,7 +83,7 @@ class ServiceMetrics:
         )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
-    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
+    def child(self, metric: CounterFamily | HistogramFamily, *labels: str) -> Any:
         """`metric.labels(*labels)`, cached."""
         key = (id(metric), labels)
         found = self._children.get(key)

@@ -2,8 +2,10 @@
 
 Each route's handler is wrapped once, when it is mounted, with its route template and method
 bound, so a request pays for no middleware chain, no route lookup and no label resolution: one
-dict lookup finds the status's counter. Requests no route matches get aiohttp's 404 or 405
-(with Allow) in the same JSON error shape from one slim middleware.
+dict lookup finds the status's counter. Requests no route matches are answered by `unmatched`
+handlers mounted for any method after the real ones (a 405 with Allow on a known path, a 404
+elsewhere) in the same JSON error shape as aiohttp's own 404/405 would have, so the app needs
+no middleware at all (aiohttp then skips building a middleware chain per request).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -70,24 +71,19 @@ def observed(metrics: ServiceMetrics, route: str, method: str, handler: Handler)
     return observe
 
 
-def unmatched_as_json(metrics: ServiceMetrics) -> Middleware:
-    """Middleware for what no route matched: aiohttp's 404/405 (with Allow) as JSON, counted.
+def unmatched(metrics: ServiceMetrics, allow: str | None) -> Handler:
+    """A handler for requests no route answers: 405 with `Allow: allow` (a known path), or 404
+    (`allow` None), as aiohttp's router would, in the JSON error shape and counted."""
+    status, reason = (405, "Method Not Allowed") if allow else (404, "Not Found")
+    headers = {"Allow": allow} if allow else None
 
-    Matched routes answer everything themselves (see `observed`); this only adds one await.
-    """
-
-    @web.middleware
-    async def unmatched(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def answer(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
-        try:
-            return await handler(request)
-        except web.HTTPException as exc:  # the router's 404/405: nothing else raises here
-            method = request.method if request.method in _METHODS else "OTHER"
-            headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-            response = error_reply(exc.status, exc.reason, None, headers)
-            metrics.child(metrics.requests, UNMATCHED, method, str(exc.status)).inc()
-            metrics.child(metrics.latency, UNMATCHED, method).observe(
-                time.perf_counter() - started)
-            return response
+        method = request.method if request.method in _METHODS else "OTHER"
+        response = error_reply(status, reason, None, headers)
+        metrics.child(metrics.requests, UNMATCHED, method, str(status)).inc()
+        metrics.child(metrics.latency, UNMATCHED, method).observe(time.perf_counter() - started)
+        return response
 
-    return unmatched
+    answer.__doc__ = f"Answers {status} {reason} (no route for this request)."
+    return answer

@@ -8,12 +8,12 @@ import logging
 import re
 from typing import Final
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from redis.exceptions import RedisError
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS, STORE, TOKENS
 from app.action_service.metrics import CONTENT_TYPE_LATEST
-from app.action_service.observe import observed
+from app.action_service.observe import observed, unmatched
 from app.action_service.openapi import build_openapi
 from app.action_service.replies import RETRY_AFTER_S, error_reply, json_reply
 from app.action_service.store import render_card, render_record, render_result
@@ -192,15 +192,18 @@ async def openapi(request: web.Request) -> web.Response:
 
 def setup_routes(app: web.Application) -> None:
     """Mount every route (GET routes answer GET only, exactly as /openapi.json says), each
-    counted and timed (see observe.py)."""
+    counted and timed (see observe.py); then, for any other method on those paths, a 405
+    with Allow, and for any other path a 404 (see `unmatched`)."""
     observer = app[METRICS]
-    app.router.add_post("/v1/actions", observed(observer, "/v1/actions", "POST", post_action))
-    for path, handler in (
-        ("/v1/actions/{idempotency_key}", get_action),
-        ("/v1/cards/{card_id}", get_card),
-        ("/healthz", healthz),
-        ("/readyz", readyz),
-        ("/metrics", metrics),
-        ("/openapi.json", openapi),
+    for method, path, handler in (
+        ("POST", "/v1/actions", post_action),
+        ("GET", "/v1/actions/{idempotency_key}", get_action),
+        ("GET", "/v1/cards/{card_id}", get_card),
+        ("GET", "/healthz", healthz),
+        ("GET", "/readyz", readyz),
+        ("GET", "/metrics", metrics),
+        ("GET", "/openapi.json", openapi),
     ):
-        app.router.add_get(path, observed(observer, path, "GET", handler), allow_head=False)
+        app.router.add_route(method, path, observed(observer, path, method, handler))
+        app.router.add_route(hdrs.METH_ANY, path, unmatched(observer, method))
+    app.router.add_route(hdrs.METH_ANY, r"/{path:[\s\S]*}", unmatched(observer, None))

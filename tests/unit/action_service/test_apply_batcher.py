@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+from collections.abc import Callable
+from typing import Any
 
 import hiredis
 import pytest
@@ -70,31 +73,51 @@ def test_parse_reply_gives_one_result_per_action():
 
 
 class FakeConnection:
-    """Answers each EVALSHA when the test releases it; records what was sent."""
+    """Answers each command, in order, when the test releases an outcome; records what was
+    sent. Opened on first use, like the real one."""
 
     def __init__(self) -> None:
         self.sent: list[list[str]] = []
         self.gate: asyncio.Queue[object] = asyncio.Queue()
+        self.opened = 0
         self.disconnected = False
+        self._waiting: collections.deque[tuple[list[str], Callable[[Any], None]]] = (
+            collections.deque())
+        self._wake = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
 
-    async def send_packed_command(self, command: bytes, check_health: bool = True) -> None:
+    def is_open(self) -> bool:
+        return self._pump is not None and not self.disconnected
+
+    async def open(self) -> None:
+        self.opened += 1
+        self._pump = asyncio.get_running_loop().create_task(self._answer())
+
+    def send(self, command: bytes, on_reply: Callable[[Any], None]) -> None:
+        assert self.is_open()
         self.sent.append(_unpack(command))
+        self._waiting.append((self.sent[-1], on_reply))
+        self._wake.set()
 
-    async def read_response(self) -> object:
-        outcome = await self.gate.get()
-        if isinstance(outcome, BaseException):
-            raise outcome
-        if outcome == "auto":
-            cmd = self.sent[-1]
-            count = (int(cmd[2]) - 3) // 3
-            reply = ["1718000000042"]
-            for i in range(count):
-                reply += ["created", "frozen", "1718000000042", f"1718000000042-{i}"]
-            return reply
-        return outcome
+    async def _answer(self) -> None:
+        while True:
+            outcome = await self.gate.get()
+            while not self._waiting:
+                self._wake.clear()
+                await self._wake.wait()
+            cmd, on_reply = self._waiting.popleft()
+            if outcome == "auto":
+                count = (int(cmd[2]) - 3) // 3
+                reply = ["1718000000042"]
+                for i in range(count):
+                    reply += ["created", "frozen", "1718000000042", f"1718000000042-{i}"]
+                outcome = reply
+            on_reply(outcome)
 
     async def disconnect(self, nowait: bool = False) -> None:
         self.disconnected = True
+        if self._pump is not None:
+            self._pump.cancel()
 
 
 def _batch_sizes(conn: FakeConnection) -> list[int]:
@@ -191,3 +214,71 @@ def test_batcher_guards():
         ApplyBatcher(FakeConnection, LIMITS, lanes=0, max_batch=1)
     with pytest.raises(ValueError):
         ApplyBatcher(FakeConnection, LIMITS, lanes=1, max_batch=0)
+
+
+async def test_actions_submitted_in_one_loop_pass_share_one_call():
+    conn = FakeConnection()
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=2, max_batch=10)
+    futures = [batcher.submit(_action(i)) for i in range(4)]
+    await _settle()
+    assert _batch_sizes(conn) == [4]  # one dispatch at the end of the pass, not one per submit
+    conn.gate.put_nowait("auto")
+    assert [(await f).verdict for f in futures] == ["created"] * 4
+    await batcher.close()
+
+
+async def test_a_failed_script_load_fails_the_batch_with_its_own_error():
+    conn = FakeConnection()
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10)
+    pending = batcher.submit(_action(0))
+    await _settle()
+    conn.gate.put_nowait(NoScriptError("NOSCRIPT No matching script."))
+    conn.gate.put_nowait(RedisConnectionError("OOM while loading"))
+    conn.gate.put_nowait(NoScriptError("NOSCRIPT No matching script."))
+    with pytest.raises(RedisConnectionError, match="OOM"):
+        await pending
+    assert [c[0] for c in conn.sent] == ["EVALSHA", "SCRIPT", "EVALSHA"]
+    await batcher.close()
+
+
+async def test_a_failed_open_fails_its_batch_and_the_next_batch_opens_again():
+    class Refusing(FakeConnection):
+        tries = 0
+
+        async def open(self) -> None:
+            self.tries += 1
+            if self.tries == 1:
+                raise RedisConnectionError("refused")
+            await super().open()
+
+    conn = Refusing()
+    settled: list[int] = []
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10)
+    first = batcher.submit(_action(0), lambda: settled.append(0))
+    with pytest.raises(RedisConnectionError, match="refused"):
+        await first
+    assert settled == [0]
+    second = batcher.submit(_action(1))
+    conn.gate.put_nowait("auto")
+    assert (await second).verdict == "created"
+    assert (conn.tries, conn.opened) == (2, 1)
+    await batcher.close()
+
+
+async def test_close_waits_for_the_batch_in_flight_and_fails_what_is_queued():
+    conn = FakeConnection()
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=1)
+    in_flight = batcher.submit(_action(0))
+    await _settle()
+    queued = batcher.submit(_action(1))
+    closing = asyncio.ensure_future(batcher.close())
+    await _settle()
+    assert not closing.done()  # Redis has not answered the batch in flight
+    conn.gate.put_nowait("auto")
+    await closing
+    assert (await in_flight).verdict == "created"
+    with pytest.raises(RedisConnectionError, match="shutting down"):
+        await queued
+    assert _batch_sizes(conn) == [1] and conn.disconnected
+    with pytest.raises(RuntimeError):
+        batcher.submit(_action(2))
