@@ -275,11 +275,19 @@ class Topology:
                     wrong.append(card)
             frozen_cards = {k.split(":", 1)[1] for k in client.scan_iter("card:*")
                             if k.count(":") == 1 and client.hget(k, "status") == "frozen"}
+            # what happened to each such card, in the order the action service applied it
+            story = {card: (client.hgetall(f"card:{card}"),
+                            [(f.get("type"), f.get("txn_id"), f.get("outcome"), f.get("applied_at_ms"))
+                             for _, f in client.xrange("effects") if f.get("card_id") == card])
+                     for card in wrong[:3]}
         finally:
             client.close()
         problems = []
         if wrong:
             problems.append(f"{len(wrong)} cards not frozen by the oracle's first freeze: {wrong[:5]}")
+            for card, (state, applied) in story.items():
+                problems.append(f"  {card}: oracle's first freeze {first_freeze[card]}; card "
+                                f"{state}; effects in applied order {applied}")
         if frozen_cards - set(first_freeze):
             problems.append(f"cards frozen that the oracle never froze: "
                             f"{sorted(frozen_cards - set(first_freeze))[:5]}")
