@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -455,11 +455,3 @@ class Transport(faust_aiokafka.Transport):
 def broker_url(bootstrap: str) -> str:
     """The Faust broker URL that selects this transport for `host:port[,host:port]`."""
     return "fraudstream://" + ";".join(h.strip() for h in bootstrap.split(",") if h.strip())
-
-
-def messages_by_partition(messages: Sequence[Message]) -> dict[TP, list[Message]]:
-    """Group messages by partition, keeping their order."""
-    out: dict[TP, list[Message]] = {}
-    for m in messages:
-        out.setdefault(m.tp, []).append(m)
-    return out

@@ -165,11 +165,10 @@ def validate_object(obj: Any, *, now_ms: int) -> Transaction:
 
 
 _decode: Final = msgspec.json.Decoder(Transaction).decode
-#: The five string fields joined by NUL, checked in one regex call (a NUL inside any of them
-#: adds a separator, so it cannot match).
-_STRINGS_RE: Final = re.compile(
-    r"[A-Za-z0-9_.:\-]{1,64}\x00[A-Za-z0-9_.:\-]{1,64}\x00[A-Za-z0-9_.:\-]{1,64}\x00"
-    r"[A-Z]{3}\x00[A-Z]{2}")
+#: The five string fields joined by NUL, checked in one regex call with the validator's own
+#: patterns (none admits a NUL, so a NUL inside a field adds a separator and cannot match).
+_STRINGS_RE: Final = re.compile("\x00".join(
+    p.pattern for p in (_ID_RE, _ID_RE, _ID_RE, _CURRENCY_RE, _COUNTRY_RE)))
 
 
 def parse_transaction(raw: bytes, *, now_ms: int, max_bytes: int = DEFAULT_MAX_BYTES) -> Transaction:

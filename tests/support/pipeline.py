@@ -16,7 +16,8 @@ from app.stream import topics
 from app.stream.inspect import Record, group_lag, read_topic, topic_sizes
 from app.stream.topics import drop_topics
 from app.transactions.producer import replay_messages
-from tests.support.procs import Spawned, wait_until
+from tests.support.procs import Spawned, free_port, wait_until
+from tests.support.redisdb import flush_db, with_db
 
 
 def make_log(**overrides: object) -> GeneratedLog:
@@ -28,6 +29,15 @@ def make_log(**overrides: object) -> GeneratedLog:
     params: dict[str, object] = {"now_ms": time.time_ns() // 1_000_000 + 3_600_000}
     params.update(overrides)
     return generate_log(GeneratorConfig(**params))  # type: ignore[arg-type]
+
+
+def with_own_service(settings: Settings, redis_db: int) -> Settings:
+    """`settings` with an emptied Redis database of its own and a free action-service port."""
+    port = free_port()
+    redis_url = with_db(settings.effective_redis_url, redis_db)
+    flush_db(redis_url)
+    return settings.replace(redis_url=redis_url, action_service_port=port,
+                            action_service_url=f"http://127.0.0.1:{port}")
 
 
 def drop_quietly(settings: Settings) -> None:

@@ -9,7 +9,13 @@ import pytest
 
 from app.settings import Settings
 from tests.support import dashboard as dash
-from tests.support.pipeline import lines_of, make_log, replay, wait_drained
+from tests.support.pipeline import (
+    lines_of,
+    make_log,
+    replay,
+    wait_drained,
+    with_own_service,
+)
 from tests.support.procs import (
     free_port,
     http_ready,
@@ -17,7 +23,6 @@ from tests.support.procs import (
     spawn_worker,
     wait_until,
 )
-from tests.support.redisdb import flush_db, with_db
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,11 +37,8 @@ def _page(url: str) -> str:
 
 def test_the_dashboard_queries_only_exported_metrics(fresh_settings: Settings,
                                                      tmp_path: Path) -> None:
-    port = free_port()
-    redis_url = with_db(fresh_settings.effective_redis_url, DASHBOARD_REDIS_DB)
-    flush_db(redis_url)
-    settings = fresh_settings.replace(redis_url=redis_url, action_service_port=port,
-                                      action_service_url=f"http://127.0.0.1:{port}")
+    settings = with_own_service(fresh_settings, DASHBOARD_REDIS_DB)
+    port = settings.action_service_port
     listen = free_port()
     service = spawn_action_service(settings, tmp_path, port=port)
     # as docker-compose.yml runs it: Prometheus scrapes --metrics-listen

@@ -11,16 +11,20 @@ from pathlib import Path
 import pytest
 
 from app.settings import Settings
-from tests.support.pipeline import lines_of, make_log, replay, wait_drained
+from tests.support.pipeline import (
+    lines_of,
+    make_log,
+    replay,
+    wait_drained,
+    with_own_service,
+)
 from tests.support.procs import (
-    free_port,
     http_ready,
     settings_env,
     spawn_action_service,
     spawn_worker,
     wait_until,
 )
-from tests.support.redisdb import flush_db, with_db
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,11 +32,8 @@ WATCH_REDIS_DB = 7
 
 
 def test_watch_shows_the_running_pipeline(fresh_settings: Settings, tmp_path: Path) -> None:
-    port = free_port()
-    redis_url = with_db(fresh_settings.effective_redis_url, WATCH_REDIS_DB)
-    flush_db(redis_url)
-    settings = fresh_settings.replace(redis_url=redis_url, action_service_port=port,
-                                      action_service_url=f"http://127.0.0.1:{port}")
+    settings = with_own_service(fresh_settings, WATCH_REDIS_DB)
+    port = settings.action_service_port
     service = spawn_action_service(settings, tmp_path, port=port)
     worker = spawn_worker(settings, tmp_path)
     try:

@@ -89,9 +89,16 @@ async def test_unexpected_reply_or_lost_connection_drops_and_fails_waiting_callb
 async def test_a_reply_that_does_not_come_in_time_times_out_every_waiting_call():
     conn, transports = await _opened(timeout_s=0.01)
     got: list[Any] = []
-    conn.send(b"x", got.append)
-    conn.send(b"y", got.append)
-    await asyncio.sleep(0.05)
+    both = asyncio.Event()
+
+    def answered(result: Any) -> None:
+        got.append(result)
+        if len(got) == 2:
+            both.set()
+
+    conn.send(b"x", answered)
+    conn.send(b"y", answered)
+    await asyncio.wait_for(both.wait(), 5.0)  # the timer answers both
     assert [type(g) for g in got] == [RedisTimeoutError, RedisTimeoutError]
     assert transports[0].aborted
     assert not conn.is_open()
