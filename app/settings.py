@@ -14,6 +14,10 @@ AppendFsync = Literal["always", "everysec", "no"]
 ScorerDevice = Literal["auto", "cpu", "cuda"]
 KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_SSL"]
 KafkaSaslMechanism = Literal["SCRAM-SHA-512", "PLAIN"]
+StackProfile = Literal["single", "cluster"]
+
+#: Brokers of the cluster profile's Kafka (each a combined KRaft broker+controller).
+KAFKA_CLUSTER_NODES = 3
 
 
 class SettingsError(ValueError):
@@ -55,11 +59,27 @@ class Settings:
         "Where Kafka's jars are copied from Maven Central (outside the repo).",
         Path.home() / ".cache" / "fraudstream" / "kafka-jars",
     )
+    stack_profile: StackProfile | None = _env(
+        "FRAUDSTREAM_STACK_PROFILE",
+        "Local stack layout: single (one Kafka node, one Redis) or cluster (three KRaft Kafka "
+        "nodes, replication 3, min.insync.replicas 2; Redis Cluster). Unset: the profile "
+        "`stack up` last brought up in the state dir, else single.",
+        None,
+    )
     kafka_port: int = _env("FRAUDSTREAM_KAFKA_PORT", "Local Kafka broker port.", 19092)
     kafka_controller_port: int = _env(
         "FRAUDSTREAM_KAFKA_CONTROLLER_PORT", "Local KRaft controller port.", 19093
     )
     kafka_heap: str = _env("FRAUDSTREAM_KAFKA_HEAP", "JVM heap for the local broker.", "1g")
+    kafka_cluster_port: int = _env(
+        "FRAUDSTREAM_KAFKA_CLUSTER_PORT",
+        "Cluster profile: first Kafka port; node N (1..3) listens on this + 2(N-1) (broker) "
+        "and the port after it (KRaft controller).",
+        19192,
+    )
+    kafka_cluster_heap: str = _env(
+        "FRAUDSTREAM_KAFKA_CLUSTER_HEAP", "Cluster profile: JVM heap of each Kafka node.", "384m"
+    )
     redis_port: int = _env("FRAUDSTREAM_REDIS_PORT", "Local Redis port.", 16379)
     redis_appendfsync: AppendFsync = _env(
         "FRAUDSTREAM_REDIS_APPENDFSYNC", "Redis AOF fsync policy: always|everysec|no.", "always"
@@ -114,8 +134,11 @@ class Settings:
     topic_partitions: int = _env(
         "FRAUDSTREAM_PARTITIONS", "Partitions of every fraudstream topic.", 8
     )
-    topic_replication: int = _env(
-        "FRAUDSTREAM_REPLICATION", "Replication factor of every fraudstream topic.", 1
+    topic_replication: int | None = _env(
+        "FRAUDSTREAM_REPLICATION",
+        "Replication factor of every fraudstream topic; unset: 1 on the single profile, 3 on "
+        "the cluster profile.",
+        None,
     )
     topic_prefix: str = _env(
         "FRAUDSTREAM_TOPIC_PREFIX",
@@ -286,8 +309,28 @@ class Settings:
     )
 
     @property
+    def profile(self) -> StackProfile:
+        """The local stack's layout (single when FRAUDSTREAM_STACK_PROFILE is unset here)."""
+        return self.stack_profile or "single"
+
+    @property
+    def replication(self) -> int:
+        """Replication factor of every topic the pipeline creates (its own and Faust's)."""
+        if self.topic_replication is not None:
+            return self.topic_replication
+        return KAFKA_CLUSTER_NODES if self.profile == "cluster" else 1
+
+    @property
+    def kafka_cluster_ports(self) -> tuple[tuple[int, int], ...]:
+        """(broker port, controller port) of each cluster-profile Kafka node, node 1 first."""
+        base = self.kafka_cluster_port
+        return tuple((base + 2 * i, base + 2 * i + 1) for i in range(KAFKA_CLUSTER_NODES))
+
+    @property
     def local_kafka_bootstrap(self) -> str:
-        """Bootstrap address of the locally managed broker."""
+        """Bootstrap address(es) of the locally managed broker(s): every node on the cluster."""
+        if self.profile == "cluster":
+            return ",".join(f"127.0.0.1:{broker}" for broker, _ in self.kafka_cluster_ports)
         return f"127.0.0.1:{self.kafka_port}"
 
     @property
@@ -317,7 +360,8 @@ class Settings:
 _LITERALS: dict[str, Any] = {"StoreKind": StoreKind, "AppendFsync": AppendFsync,
                              "ScorerDevice": ScorerDevice,
                              "KafkaSecurityProtocol": KafkaSecurityProtocol,
-                             "KafkaSaslMechanism": KafkaSaslMechanism}
+                             "KafkaSaslMechanism": KafkaSaslMechanism,
+                             "StackProfile": StackProfile}
 
 
 def _coerce(raw: str, f: dataclasses.Field[Any]) -> Any:

@@ -1,4 +1,4 @@
-"""The local Apache Kafka node: jars from Maven Central, KRaft storage, one broker+controller."""
+"""A local Apache Kafka node: jars from Maven Central, KRaft storage, one broker+controller."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import subprocess
 import time
 import uuid
 from base64 import urlsafe_b64encode
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.settings import Settings
@@ -42,19 +43,102 @@ class StackError(RuntimeError):
     """A local service could not be prepared or did not come up."""
 
 
-class KafkaNode:
-    """One combined KRaft broker+controller whose data lives under the project's state dir."""
+@dataclass(frozen=True, slots=True)
+class KafkaNodeLayout:
+    """Where one KRaft node lives and listens, and the replication its cluster gives topics."""
 
-    def __init__(self, settings: Settings) -> None:
+    node_id: int
+    home: Path
+    port: int
+    controller_port: int
+    #: `id@host:port` of every controller of the quorum (this node's included)
+    voters: str
+    #: default, offsets and transaction-log replication factor (the cluster's size, at most 3)
+    replication: int = 1
+    min_isr: int = 1
+    heap: str = "1g"
+    #: how status output and logs name it
+    name: str = "kafka"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def single_layout(settings: Settings) -> KafkaNodeLayout:
+    """The single-profile node: one broker+controller under `<state dir>/kafka`."""
+    return KafkaNodeLayout(
+        node_id=1, home=settings.state_dir.resolve() / "kafka", port=settings.kafka_port,
+        controller_port=settings.kafka_controller_port,
+        voters=f"1@127.0.0.1:{settings.kafka_controller_port}", heap=settings.kafka_heap,
+    )
+
+
+def server_properties(settings: Settings, node: KafkaNodeLayout) -> dict[str, str]:
+    """server.properties of one node (pure: what `write_config` writes)."""
+    rf, isr = str(node.replication), str(node.min_isr)
+    return {
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": node.voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(node.home / "data"),
+        "num.partitions": str(settings.topic_partitions),
+        "default.replication.factor": rf,
+        "min.insync.replicas": isr,
+        "offsets.topic.replication.factor": rf,
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": isr,
+        "group.initial.rebalance.delay.ms": "0",
+        # Faust declares its changelog topics itself; everything else is created explicitly.
+        "auto.create.topics.enable": "false",
+        # A node that comes back must not lead before it has caught up (no unclean election).
+        "unclean.leader.election.enable": "false",
+        "log.retention.hours": "168",
+        "num.io.threads": "2",
+        "num.network.threads": "2",
+    }
+
+
+class KafkaNode:
+    """One combined KRaft broker+controller whose data lives under the project's state dir.
+
+    By default the single profile's node (settings' ports, `<state dir>/kafka`); the cluster
+    profile (see kafka_cluster.py) runs three, each with its own `layout`.
+    """
+
+    def __init__(self, settings: Settings, layout: KafkaNodeLayout | None = None) -> None:
         self.settings = settings
-        self.home = settings.state_dir.resolve() / "kafka"
+        self.layout = single_layout(settings) if layout is None else layout
+        self.home = self.layout.home
         self.config = self.home / "server.properties"
         self.process = ManagedProcess(
-            name="kafka",
+            name=self.layout.name,
             pid_file=self.home / "kafka.pid",
             log_file=self.home / "logs" / "server.log",
             markers=(str(self.config),),
         )
+
+    @property
+    def name(self) -> str:
+        return self.layout.name
+
+    @property
+    def address(self) -> str:
+        """host:port of this node's broker listener."""
+        return self.layout.address
+
+    @property
+    def ports(self) -> tuple[int, int]:
+        return self.layout.port, self.layout.controller_port
 
     # --- jars -------------------------------------------------------------------------------
     @property
@@ -87,36 +171,9 @@ class KafkaNode:
     # --- storage ----------------------------------------------------------------------------
     def write_config(self) -> None:
         """Write server.properties and the log4j2 config (idempotent)."""
-        s = self.settings
-        data = self.home / "data"
-        data.mkdir(parents=True, exist_ok=True)
+        (self.home / "data").mkdir(parents=True, exist_ok=True)
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
-        props = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{s.kafka_controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.kafka_controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{s.kafka_port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": str(data),
-            "num.partitions": str(s.topic_partitions),
-            "default.replication.factor": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "8",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "4",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            # Faust declares its changelog topics itself; everything else is created explicitly.
-            "auto.create.topics.enable": "false",
-            "log.retention.hours": "168",
-            "num.io.threads": "2",
-            "num.network.threads": "2",
-        }
+        props = server_properties(self.settings, self.layout)
         self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.home / "log4j2.properties").write_text(_LOG4J2)
 
@@ -124,7 +181,7 @@ class KafkaNode:
         java = shutil.which("java")
         if java is None:
             raise StackError("no JDK found: apt-get install -y openjdk-17-jre-headless")
-        heap = self.settings.kafka_heap
+        heap = self.layout.heap
         return [
             java, f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
@@ -132,11 +189,14 @@ class KafkaNode:
             "-cp", f"{self.ensure_jars()}/*", main, *args,
         ]
 
-    def ensure_formatted(self) -> None:
-        """Format KRaft storage once; later starts reuse it (topics, offsets survive restarts)."""
+    def ensure_formatted(self, cluster_id: str | None = None) -> None:
+        """Format KRaft storage once; later starts reuse it (topics, offsets survive restarts).
+
+        Every node of one cluster is formatted with the same `cluster_id` (default: a new one).
+        """
         if (self.home / "data" / "meta.properties").exists():
             return
-        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = cluster_id or new_cluster_id()
         proc = subprocess.run(  # noqa: S603
             self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config)),
             capture_output=True, text=True, check=False,
@@ -145,12 +205,12 @@ class KafkaNode:
             raise StackError(f"formatting Kafka storage failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
 
     # --- lifecycle --------------------------------------------------------------------------
-    def start(self) -> bool:
+    def start(self, cluster_id: str | None = None) -> bool:
         """Start the broker unless ours already runs; True when this call started it."""
         if self.process.pid() is not None:
             return False
         self.write_config()
-        self.ensure_formatted()
+        self.ensure_formatted(cluster_id)
         self.process.start(self._java("kafka.Kafka", str(self.config)))
         return True
 
@@ -166,9 +226,9 @@ class KafkaNode:
             while time.monotonic() < deadline:
                 if self.process.exited():
                     raise StackError(
-                        f"Kafka exited during start-up. Log tail:\n{self.process.log_tail()}")
+                        f"{self.name} exited during start-up. Log tail:\n{self.process.log_tail()}")
                 try:
-                    asyncio.run(kafka_metadata_ok(self.settings.local_kafka_bootstrap))
+                    asyncio.run(kafka_metadata_ok(self.address))
                     return
                 except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
                     last = exc
@@ -176,13 +236,18 @@ class KafkaNode:
         finally:
             quiet.setLevel(level)
         raise StackError(
-            f"Kafka did not answer metadata on {self.settings.local_kafka_bootstrap} within "
+            f"{self.name} did not answer metadata on {self.address} within "
             f"{timeout_s:.0f}s ({last!r}). Log tail:\n{self.process.log_tail()}"
         )
 
     def stop(self) -> bool:
         """Stop our broker (SIGTERM: a clean shutdown keeps every log and offset)."""
         return self.process.stop(timeout_s=60.0)
+
+
+def new_cluster_id() -> str:
+    """A fresh KRaft cluster id (22 characters of url-safe base64, as kafka-storage makes)."""
+    return urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 async def kafka_metadata_ok(bootstrap: str, timeout_s: float = 5.0) -> list[str]:

@@ -56,7 +56,7 @@ class FraudApp:
 def _raw_topic(app: faust.App, name: str, settings: Settings) -> faust.TopicT:
     return app.topic(
         name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
-        partitions=settings.topic_partitions, replicas=settings.topic_replication,
+        partitions=settings.topic_partitions, replicas=settings.replication,
     )
 
 
@@ -82,7 +82,7 @@ def create_app(
         store="rocksdb://" if settings.store == "rocksdb" else "memory://",
         datadir=str(datadir),
         topic_partitions=settings.topic_partitions,
-        topic_replication_factor=settings.topic_replication,
+        topic_replication_factor=settings.replication,
         key_serializer="raw",
         value_serializer="raw",
         web_enabled=True,

@@ -75,7 +75,7 @@ def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> None
     """Register the `dispatch` agent on `app`; `send` produces OutRecords (FraudApp.send)."""
     source = app.topic(settings.topic(topics.ACTIONS), key_type=bytes, value_type=bytes,
                        key_serializer="raw", value_serializer="raw",
-                       partitions=settings.topic_partitions, replicas=settings.topic_replication)
+                       partitions=settings.topic_partitions, replicas=settings.replication)
 
     @app.agent(source, name="dispatch")
     async def dispatch(stream: faust.StreamT) -> None:  # pragma: no cover - end to end

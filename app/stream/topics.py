@@ -48,9 +48,9 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 30.0) -> Topic
         present = set(await admin.list_topics())
         missing = [n for n in names if n not in present]
         control = settings.topic(CONTROL)
-        new = [NewTopic(n, settings.topic_partitions, settings.topic_replication) for n in missing]
+        new = [NewTopic(n, settings.topic_partitions, settings.replication) for n in missing]
         if control not in present:
-            new.append(NewTopic(control, 1, settings.topic_replication,
+            new.append(NewTopic(control, 1, settings.replication,
                                 topic_configs={"cleanup.policy": "compact"}))
             missing.append(control)
         if new:
