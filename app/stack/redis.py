@@ -6,6 +6,8 @@ import logging
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
 import redis
 
@@ -36,18 +38,38 @@ def ensure_redis_server() -> str:
 
 
 class RedisNode:
-    """A redis-server started with the project's config: AOF on, fsync policy from settings."""
+    """A redis-server started with the project's config: AOF on, fsync policy from settings.
 
-    def __init__(self, settings: Settings) -> None:
+    By default the stack's single node (settings' port, `<state dir>/redis`); a Redis Cluster
+    (see redis_cluster.py) runs several, each with its own `name`, `home`, `port` and the
+    cluster lines in `extra_config`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        name: str = "redis",
+        home: Path | None = None,
+        port: int | None = None,
+        extra_config: Sequence[str] = (),
+    ) -> None:
         self.settings = settings
-        self.home = settings.state_dir.resolve() / "redis"
+        self.port = settings.redis_port if port is None else port
+        self.home = (settings.state_dir.resolve() / "redis") if home is None else home.resolve()
         self.config = self.home / "redis.conf"
+        self.extra_config = tuple(extra_config)
         self.process = ManagedProcess(
-            name="redis",
+            name=name,
             pid_file=self.home / "redis.pid",
             log_file=self.home / "redis.log",
-            markers=(str(self.config), f"127.0.0.1:{settings.redis_port}"),
+            markers=(str(self.config), f"127.0.0.1:{self.port}"),
         )
+
+    @property
+    def url(self) -> str:
+        """redis:// URL of this node (database 0)."""
+        return f"redis://127.0.0.1:{self.port}/0"
 
     def write_config(self) -> None:
         """Write redis.conf (idempotent)."""
@@ -57,7 +79,7 @@ class RedisNode:
             "\n".join(
                 [
                     "bind 127.0.0.1",
-                    f"port {s.redis_port}",
+                    f"port {self.port}",
                     f"dir {self.home / 'data'}",
                     "daemonize no",
                     "appendonly yes",
@@ -65,6 +87,7 @@ class RedisNode:
                     'save ""',
                     "loglevel notice",
                     "maxmemory-policy noeviction",
+                    *self.extra_config,
                     "",
                 ]
             )
@@ -82,7 +105,7 @@ class RedisNode:
 
     def admin_client(self) -> redis.Redis:
         """A client of our own redis-server (the readiness probe)."""
-        return redis.Redis.from_url(self.settings.local_redis_url, socket_timeout=2)
+        return redis.Redis.from_url(self.url, socket_timeout=2)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Block until PING answers, or raise with the log tail."""
