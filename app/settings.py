@@ -81,6 +81,12 @@ class Settings:
         "FRAUDSTREAM_KAFKA_CLUSTER_HEAP", "Cluster profile: JVM heap of each Kafka node.", "384m"
     )
     redis_port: int = _env("FRAUDSTREAM_REDIS_PORT", "Local Redis port.", 16379)
+    redis_cluster_port: int = _env(
+        "FRAUDSTREAM_REDIS_CLUSTER_PORT",
+        "Cluster profile: first Redis Cluster port; its 6 nodes (3 masters, 1 replica each) "
+        "listen on this and the next 5, their cluster bus on the 6 after.",
+        16400,
+    )
     redis_appendfsync: AppendFsync = _env(
         "FRAUDSTREAM_REDIS_APPENDFSYNC", "Redis AOF fsync policy: always|everysec|no.", "always"
     )
@@ -335,7 +341,9 @@ class Settings:
 
     @property
     def local_redis_url(self) -> str:
-        """URL of the locally managed Redis."""
+        """URL of the locally managed Redis (a cluster seed URL on the cluster profile)."""
+        if self.profile == "cluster":
+            return f"redis+cluster://127.0.0.1:{self.redis_cluster_port}"
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     @property

@@ -12,10 +12,22 @@ from rich.table import Table
 from app.settings import load_settings
 from app.stack.kafka import StackError
 from app.stack.manager import Stack, StackFailures
+from app.stack.profile import PROFILES
 
 console = Console(stderr=True)
 #: Tables and reports a person asked for go to stdout; failures to stderr.
 out = Console()
+
+
+_PROFILE = click.option(
+    "--profile", type=click.Choice(PROFILES), default=None,
+    help="single: one Kafka node and one Redis; cluster: three KRaft Kafka nodes (replication "
+         "3, min.insync.replicas 2) and a Redis Cluster (3 masters, 1 replica each). Default: "
+         "FRAUDSTREAM_STACK_PROFILE, else the profile `stack up` last brought up, else single.")
+
+
+def _stack(profile: str | None) -> Stack:
+    return Stack(load_settings(stack_profile=profile))
 
 
 @click.group()
@@ -24,9 +36,10 @@ def stack() -> None:
 
 
 @stack.command()
-def up() -> None:
+@_PROFILE
+def up(profile: str | None) -> None:
     """Start Kafka and Redis (unless KAFKA_BOOTSTRAP/REDIS_URL name others), create topics."""
-    st = Stack(load_settings())
+    st = _stack(profile)
     try:
         report = st.up()
     except StackFailures as exc:
@@ -47,29 +60,33 @@ def up() -> None:
 
 
 @stack.command()
-def down() -> None:
+@_PROFILE
+def down(profile: str | None) -> None:
     """Stop, by pid, the services `stack up` started."""
-    stopped = Stack(load_settings()).down()
+    stopped = _stack(profile).down()
     out.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
 
 
 @stack.command()
-def status() -> None:
-    """What runs where."""
-    _print_status(Stack(load_settings()))
+@_PROFILE
+def status(profile: str | None) -> None:
+    """What runs where: every node, its pid and role."""
+    _print_status(_stack(profile))
 
 
 @stack.command()
-def env() -> None:
+@_PROFILE
+def env(profile: str | None) -> None:
     """Print export lines: eval "$(fraudstream stack env)"."""
-    for line in Stack(load_settings()).env_lines():
+    for line in _stack(profile).env_lines():
         click.echo(line)
 
 
 def _print_status(st: Stack) -> None:
-    table = Table("service", "address", "state")
+    table = Table("service", "address", "state", "role",
+                  title=f"profile: {st.settings.profile}")
     for svc in st.status():
-        table.add_row(svc.name, svc.address, svc.state)
+        table.add_row(svc.name, svc.address, svc.state, svc.role)
     out.print(table)
 
 

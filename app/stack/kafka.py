@@ -10,6 +10,7 @@ import subprocess
 import time
 import uuid
 from base64 import urlsafe_b64encode
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +75,9 @@ def single_layout(settings: Settings) -> KafkaNodeLayout:
     )
 
 
-def server_properties(settings: Settings, node: KafkaNodeLayout) -> dict[str, str]:
-    """server.properties of one node (pure: what `write_config` writes)."""
+def server_properties(settings: Settings, node: KafkaNodeLayout,
+                      data_dir: Path | None = None) -> dict[str, str]:
+    """server.properties of one node (pure: what `write_config` writes); data in `home/data`."""
     rf, isr = str(node.replication), str(node.min_isr)
     return {
         "process.roles": "broker,controller",
@@ -86,7 +88,7 @@ def server_properties(settings: Settings, node: KafkaNodeLayout) -> dict[str, st
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "log.dirs": str(node.home / "data"),
+        "log.dirs": str(data_dir or node.home / "data"),
         "num.partitions": str(settings.topic_partitions),
         "default.replication.factor": rf,
         "min.insync.replicas": isr,
@@ -115,9 +117,12 @@ class KafkaNode:
     profile (see kafka_cluster.py) runs three, each with its own `layout`.
     """
 
-    def __init__(self, settings: Settings, layout: KafkaNodeLayout | None = None) -> None:
+    def __init__(self, settings: Settings, layout: KafkaNodeLayout | None = None, *,
+                 cluster_id: Callable[[], str] | None = None) -> None:
         self.settings = settings
         self.layout = single_layout(settings) if layout is None else layout
+        #: the id storage is formatted with (a cluster's nodes share one); default: a new one
+        self.cluster_id = cluster_id or new_cluster_id
         self.home = self.layout.home
         self.config = self.home / "server.properties"
         self.process = ManagedProcess(
@@ -173,7 +178,7 @@ class KafkaNode:
         """Write server.properties and the log4j2 config (idempotent)."""
         (self.home / "data").mkdir(parents=True, exist_ok=True)
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
-        props = server_properties(self.settings, self.layout)
+        props = server_properties(self.settings, self.layout, self.home / "data")
         self.config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.home / "log4j2.properties").write_text(_LOG4J2)
 
@@ -189,14 +194,11 @@ class KafkaNode:
             "-cp", f"{self.ensure_jars()}/*", main, *args,
         ]
 
-    def ensure_formatted(self, cluster_id: str | None = None) -> None:
-        """Format KRaft storage once; later starts reuse it (topics, offsets survive restarts).
-
-        Every node of one cluster is formatted with the same `cluster_id` (default: a new one).
-        """
+    def ensure_formatted(self) -> None:
+        """Format KRaft storage once; later starts reuse it (topics, offsets survive restarts)."""
         if (self.home / "data" / "meta.properties").exists():
             return
-        cluster_id = cluster_id or new_cluster_id()
+        cluster_id = self.cluster_id()
         proc = subprocess.run(  # noqa: S603
             self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(self.config)),
             capture_output=True, text=True, check=False,
@@ -205,12 +207,12 @@ class KafkaNode:
             raise StackError(f"formatting Kafka storage failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
 
     # --- lifecycle --------------------------------------------------------------------------
-    def start(self, cluster_id: str | None = None) -> bool:
+    def start(self) -> bool:
         """Start the broker unless ours already runs; True when this call started it."""
         if self.process.pid() is not None:
             return False
         self.write_config()
-        self.ensure_formatted(cluster_id)
+        self.ensure_formatted()
         self.process.start(self._java("kafka.Kafka", str(self.config)))
         return True
 

@@ -46,7 +46,8 @@ class KafkaCluster:
         self.settings = settings
         self.home = cluster_home(settings)
         self.nodes: tuple[KafkaNode, ...] = tuple(
-            KafkaNode(settings, layout) for layout in cluster_layouts(settings))
+            KafkaNode(settings, layout, cluster_id=self.cluster_id)
+            for layout in cluster_layouts(settings))
 
     @property
     def bootstrap(self) -> str:
@@ -75,8 +76,7 @@ class KafkaCluster:
 
     def start(self) -> bool:
         """Start every node that is not running; True when this call started any."""
-        cid = self.cluster_id()
-        started = [n.start(cid) for n in self.nodes]
+        started = [n.start() for n in self.nodes]
         return any(started)
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:

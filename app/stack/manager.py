@@ -1,4 +1,8 @@
-"""The local stack as a whole: which services are ours to run, bring up, stop and report."""
+"""The local stack as a whole: which services are ours to run, bring up, stop and report.
+
+Two profiles: single (one Kafka node, one Redis) and cluster (three KRaft Kafka nodes, a Redis
+Cluster of three masters with a replica each); see app.stack.profile.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis
+
 from app.settings import Settings
 from app.stack.kafka import KafkaNode, StackError
+from app.stack.kafka_cluster import KafkaCluster
+from app.stack.profile import forget_profile, profile_file, remember_profile, resolve_profile
 from app.stack.redis import RedisNode
+from app.stack.redis_cluster import RedisCluster
 from app.stream.topics import TopicPlan, ensure_topics
 
 log = logging.getLogger(__name__)
@@ -19,12 +28,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ServiceStatus:
-    """One service as `stack status` reports it."""
+    """One service (one node of a cluster) as `stack status` reports it."""
 
     name: str
     address: str
     managed: bool  # False: an external service named by KAFKA_BOOTSTRAP / REDIS_URL
     pid: int | None
+    role: str = ""
 
     @property
     def state(self) -> str:
@@ -58,12 +68,24 @@ def port_taken(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class Stack:
-    """Kafka and Redis for local runs; services named in the environment are left alone."""
+    """Kafka and Redis for local runs; services named in the environment are left alone.
+
+    The profile (FRAUDSTREAM_STACK_PROFILE, else the one `up` last recorded in the state dir,
+    else single) picks one node of each, or a three-node Kafka and a Redis Cluster.
+    """
+
+    kafka: KafkaNode | KafkaCluster
+    redis: RedisNode | RedisCluster
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.kafka = KafkaNode(settings)
-        self.redis = RedisNode(settings)
+        self.settings = resolve_profile(settings)
+        if self.settings.profile == "cluster":
+            self.kafka = KafkaCluster(self.settings)
+            self.redis = RedisCluster(self.settings, base_port=self.settings.redis_cluster_port,
+                                      state_dir=self.settings.state_dir / "redis-cluster")
+        else:
+            self.kafka = KafkaNode(self.settings)
+            self.redis = RedisNode(self.settings)
 
     # A variable that names the local address (as `stack env` prints it) still means "ours":
     # otherwise `eval "$(fraudstream stack env)"` would make `stack down` leave everything running.
@@ -77,6 +99,14 @@ class Stack:
         s = self.settings
         return s.redis_url in (None, s.local_redis_url)
 
+    @property
+    def kafka_nodes(self) -> tuple[KafkaNode, ...]:
+        return self.kafka.nodes if isinstance(self.kafka, KafkaCluster) else (self.kafka,)
+
+    @property
+    def redis_nodes(self) -> tuple[RedisNode, ...]:
+        return tuple(self.redis.nodes) if isinstance(self.redis, RedisCluster) else (self.redis,)
+
     def up(self) -> UpReport:
         """Start what is ours and not running, wait for real answers, create topics. Idempotent.
 
@@ -87,6 +117,8 @@ class Stack:
         failures: dict[str, str] = {}
         seconds: dict[str, float] = {}
         t0 = time.monotonic()
+        if self.settings.profile != "single" or profile_file(self.settings).exists():
+            remember_profile(self.settings)  # `down` must find a half-started cluster too
 
         def attempt(name: str, step: Callable[[], object]) -> object:
             if name in failures:
@@ -101,21 +133,27 @@ class Stack:
             attempt("kafka", self.kafka.ensure_jars)
             seconds["jars"] = time.monotonic() - t0
         if self.manages_redis:
-            attempt("redis", lambda: self._port_free("redis", self.redis.process.pid(),
-                                                     [self.settings.redis_port], "REDIS_URL",
-                                                     "FRAUDSTREAM_REDIS_PORT"))
-            if attempt("redis", self.redis.start):
-                started.append("redis")
+            redis_down = [n.process.name for n in self.redis_nodes if n.process.pid() is None]
+            attempt("redis", lambda: self._ports_free(self._redis_ports(), "REDIS_URL", (
+                "FRAUDSTREAM_REDIS_CLUSTER_PORT" if isinstance(self.redis, RedisCluster)
+                else "FRAUDSTREAM_REDIS_PORT")))
+            if isinstance(self.redis, RedisNode) and attempt("redis", self.redis.start):
+                started.extend(redis_down)
         if self.manages_kafka:
-            ports = [self.settings.kafka_port, self.settings.kafka_controller_port]
-            attempt("kafka", lambda: self._port_free("kafka", self.kafka.process.pid(), ports,
-                                                     "KAFKA_BOOTSTRAP",
-                                                     "FRAUDSTREAM_KAFKA_PORT"))
+            kafka_down = [n.name for n in self.kafka_nodes if n.process.pid() is None]
+            attempt("kafka", lambda: self._ports_free(self._kafka_ports(), "KAFKA_BOOTSTRAP", (
+                "FRAUDSTREAM_KAFKA_CLUSTER_PORT" if isinstance(self.kafka, KafkaCluster)
+                else "FRAUDSTREAM_KAFKA_PORT")))
             if attempt("kafka", self.kafka.start):
-                started.append("kafka")
+                started.extend(kafka_down)
         t1 = time.monotonic()
         if self.manages_redis:
-            attempt("redis", self.redis.wait_ready)
+            if isinstance(self.redis, RedisCluster):
+                # starts the nodes, forms the cluster once, waits for every slot and replica
+                if attempt("redis", self.redis.start):
+                    started.extend(redis_down)
+            else:
+                attempt("redis", self.redis.wait_ready)
         if self.manages_kafka:
             attempt("kafka", self.kafka.wait_ready)
         seconds["ready"] = time.monotonic() - t1
@@ -127,38 +165,85 @@ class Stack:
         seconds["total"] = time.monotonic() - t0
         return UpReport(tuple(started), plan, seconds)
 
+    def _kafka_ports(self) -> list[int]:
+        """Ports of our Kafka nodes that are not running (those must be free)."""
+        return [p for n in self.kafka_nodes if n.process.pid() is None for p in n.ports]
+
+    def _redis_ports(self) -> list[int]:
+        """Ports of our Redis nodes that are not running, cluster bus ports included."""
+        nodes = self.redis_nodes
+        ports = [n.port for n in nodes if n.process.pid() is None]
+        if isinstance(self.redis, RedisCluster):
+            ports += [self.redis.base_port + len(nodes) + i
+                      for i, n in enumerate(nodes) if n.process.pid() is None]
+        return ports
+
     @staticmethod
-    def _port_free(name: str, our_pid: int | None, ports: list[int], use_var: str,
-                   port_var: str) -> None:
-        """Refuse to start `name` on a port another process (not our pid file's) holds."""
-        if our_pid is not None:
-            return
+    def _ports_free(ports: list[int], use_var: str, port_var: str) -> None:
+        """Refuse to start a service on a port another process (not our pid file's) holds."""
         for port in ports:
             if port_taken(port):
                 raise StackError(f"port {port} is taken by another process (another stack?): "
                                  f"use it with {use_var}, or pick a free port with {port_var}")
 
     def down(self) -> list[str]:
-        """Stop, by pid, only the services that `up` started."""
+        """Stop, by pid, only the services that `up` started (every node of a cluster)."""
         stopped = []
-        if self.manages_kafka and self.kafka.stop():
-            stopped.append("kafka")
-        if self.manages_redis and self.redis.stop():
-            stopped.append("redis")
+        if self.manages_kafka:
+            running = [n.name for n in self.kafka_nodes if n.process.pid() is not None]
+            if self.kafka.stop():
+                stopped.extend(running)
+        if self.manages_redis:
+            running = [n.process.name for n in self.redis_nodes if n.process.pid() is not None]
+            if self.redis.stop():
+                stopped.extend(running)
+        if not any(n.process.pid() for n in (*self.kafka_nodes, *self.redis_nodes)):
+            forget_profile(self.settings)
         return stopped
 
     def status(self) -> list[ServiceStatus]:
+        """Every node of every service: address, pid, role."""
         s = self.settings
-        return [
-            ServiceStatus("kafka", s.effective_kafka_bootstrap, self.manages_kafka,
-                          self.kafka.process.pid() if self.manages_kafka else None),
-            ServiceStatus("redis", s.effective_redis_url, self.manages_redis,
-                          self.redis.process.pid() if self.manages_redis else None),
-        ]
+        if not self.manages_kafka:
+            rows = [ServiceStatus("kafka", s.effective_kafka_bootstrap, False, None)]
+        else:
+            rows = [ServiceStatus(n.name, n.address, True, n.process.pid(),
+                                  f"broker+controller (node {n.layout.node_id})")
+                    for n in self.kafka_nodes]
+        if not self.manages_redis:
+            rows.append(ServiceStatus("redis", s.effective_redis_url, False, None))
+        elif isinstance(self.redis, RedisCluster):
+            roles = _redis_cluster_roles(self.redis)
+            rows += [ServiceStatus(n.process.name, f"127.0.0.1:{n.port}", True, n.process.pid(),
+                                   roles.get(n.port, "")) for n in self.redis.nodes]
+        else:
+            rows.append(ServiceStatus("redis", s.effective_redis_url, True,
+                                      self.redis.process.pid(), "single node"))
+        return rows
 
     def env_lines(self) -> list[str]:
         """`export` lines pointing clients at the stack, for `eval "$(fraudstream stack env)"`."""
         return [
             f"export KAFKA_BOOTSTRAP={self.settings.effective_kafka_bootstrap}",
             f"export REDIS_URL={self.settings.effective_redis_url}",
+            # workers create Faust's changelogs with the profile's replication factor
+            f"export FRAUDSTREAM_STACK_PROFILE={self.settings.profile}",
         ]
+
+
+def _redis_cluster_roles(cluster: RedisCluster) -> dict[int, str]:
+    """port -> master (slots) / replica of PORT / down, as the live cluster sees it now."""
+    try:
+        view = cluster.node_list()
+    except redis.RedisError:
+        return {}
+    by_id = {n.node_id: n.port for n in view}
+    roles = {}
+    for n in view:
+        if n.role == "master":
+            roles[n.port] = f"master ({sum(hi - lo + 1 for lo, hi in n.slots)} slots)"
+        elif n.role == "replica":
+            roles[n.port] = f"replica of {by_id.get(n.master_id or '', '?')}"
+        else:
+            roles[n.port] = "down"
+    return roles

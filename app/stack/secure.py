@@ -247,6 +247,7 @@ class SecureStack(Stack):
     """`Stack` on the secure profile: same lifecycle, secure nodes, client settings with TLS."""
 
     def __init__(self, settings: Settings) -> None:
+        settings = settings.replace(stack_profile="single")  # one secure node of each
         self.profile = SecureProfile.for_settings(settings).ensure()
         super().__init__(self.profile.client_settings(settings))
         self.kafka = SecureKafkaNode(self.settings, self.profile)
