@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -116,3 +117,27 @@ async def broker_ids(bootstrap: str, timeout_s: float = 5.0) -> list[int]:
         return sorted(b["node_id"] for b in described["brokers"])
     finally:
         await admin.close()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition as the cluster's metadata shows it now."""
+
+    topic: str
+    partition: int
+    leader: int  # -1: no leader
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+async def describe_partitions(settings: Settings, names: list[str]) -> list[PartitionState]:
+    """Leader, replicas and in-sync replicas of every partition of `names`."""
+    from app.stream.inspect import admin_client
+
+    async with admin_client(settings, timeout_s=10.0) as admin:
+        described = await admin.describe_topics(names)
+    return sorted(
+        (PartitionState(t["topic"], p["partition"], p["leader"], tuple(p["replicas"]),
+                        tuple(p["isr"]))
+         for t in described for p in t["partitions"]),
+        key=lambda s: (s.topic, s.partition))
