@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    import redis
+    import redis.cluster
 
 #: Schemes naming a Redis Cluster seed node (plain and TLS). Any node of the cluster will do:
 #: the client reads the slot map from it and connects to every master it names.
@@ -28,3 +32,13 @@ def node_url(url: str) -> str:
     if plain is None:
         return url
     return urlunsplit((plain, parts.netloc, "", parts.query, parts.fragment))
+
+
+def sync_client(url: str, **kwargs: Any) -> redis.Redis | redis.cluster.RedisCluster:
+    """A blocking redis-py client of `url`: a `RedisCluster` for a cluster seed, else `Redis`
+    (tests, the demo's checks and the ledger readers; the service builds its own async one)."""
+    import redis.cluster
+
+    if is_cluster_url(url):
+        return redis.cluster.RedisCluster.from_url(node_url(url), **kwargs)
+    return redis.Redis.from_url(url, **kwargs)

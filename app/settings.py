@@ -46,7 +46,9 @@ class Settings:
     )
     redis_url: str | None = _env(
         "REDIS_URL",
-        "redis:// URL of an existing Redis; when set, `stack up` starts no Redis.",
+        "URL of an existing Redis; when set, `stack up` starts no Redis. redis:// (rediss://) "
+        "names a single node; redis+cluster://HOST:PORT (rediss+cluster://) names any node of "
+        "a Redis Cluster, whose slot map the clients then read.",
         None,
     )
     state_dir: Path = _env(
@@ -313,6 +315,18 @@ class Settings:
         "Action service: most actions the apply batcher sends in one script call.",
         256,
     )
+    redis_wait_replicas: int | None = _env(
+        "FRAUDSTREAM_REDIS_WAIT_REPLICAS",
+        "Action service: replicas that must acknowledge a write (Redis WAIT) before 201/200; "
+        "fewer within the WAIT timeout answers 503. Unset: 1 on a redis+cluster:// URL, 0 "
+        "(no WAIT) on a single node.",
+        None,
+    )
+    redis_wait_timeout_ms: int = _env(
+        "FRAUDSTREAM_REDIS_WAIT_TIMEOUT_MS",
+        "Action service: how long WAIT waits for the replicas (ms); below the Redis timeout.",
+        1000,
+    )
 
     @property
     def profile(self) -> StackProfile:
@@ -355,6 +369,15 @@ class Settings:
     def effective_redis_url(self) -> str:
         """The external Redis when REDIS_URL is set, else the local one."""
         return self.redis_url or self.local_redis_url
+
+    @property
+    def effective_redis_wait_replicas(self) -> int:
+        """Replicas WAIT asks for: the setting, else 1 on a cluster URL and 0 on a node."""
+        if self.redis_wait_replicas is not None:
+            return self.redis_wait_replicas
+        from app.redis_url import is_cluster_url
+
+        return 1 if is_cluster_url(self.effective_redis_url) else 0
 
     def topic(self, name: str) -> str:
         """Full topic name for a logical topic (see app.stream.topics)."""

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from aiohttp import web
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE, TOKENS
 from app.action_service.metrics import ServiceMetrics
 from app.action_service.routes import MAX_BODY_BYTES, setup_routes
 from app.action_service.store import ActionStore
+from app.redis_url import is_cluster_url, node_url
 from app.security.redis import redis_connection_kwargs
 from app.security.tokens import TokenSet, service_tokens
 from app.settings import Settings
@@ -24,11 +26,14 @@ logger = logging.getLogger(__name__)
 class RedisClientFactory(Protocol):
     """Builds the service's Redis client from settings (tests inject their own)."""
 
-    def __call__(self, settings: Settings) -> Redis: ...
+    def __call__(self, settings: Settings) -> Redis | RedisCluster: ...
 
 
-def default_redis_client(settings: Settings) -> Redis:
+def default_redis_client(settings: Settings) -> Redis | RedisCluster:
     """A pooled client for settings.effective_redis_url; connects lazily, on first command.
+
+    A `redis+cluster://` URL gives redis-py's `RedisCluster` (reads; the slot map of the
+    cluster batcher), with up to `action_redis_max_connections` connections per node.
 
     The pool blocks (up to the timeout) instead of failing when every connection is busy,
     so a burst queues rather than turning into 503s. One quick retry covers a pooled
@@ -36,6 +41,16 @@ def default_redis_client(settings: Settings) -> Redis:
     connections are built from this pool's options but send each script call once).
     """
     timeout = settings.action_redis_timeout_s
+    if is_cluster_url(settings.effective_redis_url):
+        return RedisCluster.from_url(
+            node_url(settings.effective_redis_url),
+            **redis_connection_kwargs(settings),
+            max_connections=settings.action_redis_max_connections,
+            decode_responses=True,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
+        )
     pool = BlockingConnectionPool.from_url(
         settings.effective_redis_url,
         **redis_connection_kwargs(settings),
@@ -48,6 +63,21 @@ def default_redis_client(settings: Settings) -> Redis:
         health_check_interval=30,
     )
     return Redis.from_pool(pool)  # the client owns the pool: aclose() disconnects it
+
+
+def node_client_factory(settings: Settings) -> Callable[[str, int], Redis]:
+    """Plain clients of single cluster masters, configured like the service's client, for the
+    cluster batcher's script calls and WAIT. No retry: a failed call answers 503 at once and
+    the client's retry (same key) finds the record or applies it once."""
+    timeout = settings.action_redis_timeout_s
+    scheme = node_url(settings.effective_redis_url).split("://", 1)[0]
+
+    def build(host: str, port: int) -> Redis:
+        return Redis.from_url(f"{scheme}://{host}:{port}", **redis_connection_kwargs(settings),
+                              decode_responses=True, socket_timeout=timeout,
+                              socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
+
+    return build
 
 
 def create_app(
@@ -67,6 +97,12 @@ def create_app(
             "need 0 <= FRAUDSTREAM_IDEMPOTENCY_MARGIN_S < FRAUDSTREAM_IDEMPOTENCY_TTL_S, got "
             f"{settings.idempotency_margin_s} and {settings.idempotency_ttl_s}"
         )
+    if settings.effective_redis_wait_replicas and (
+            settings.redis_wait_timeout_ms >= settings.action_redis_timeout_s * 1000):
+        raise ValueError(
+            "need FRAUDSTREAM_REDIS_WAIT_TIMEOUT_MS below FRAUDSTREAM_ACTION_REDIS_TIMEOUT_S "
+            f"(WAIT would outlive the connection's timeout), got {settings.redis_wait_timeout_ms}"
+            f" ms and {settings.action_redis_timeout_s} s")
     # Each route is wrapped once when mounted (see observe.py), so a request pays for no route
     # or label lookup; 404/405 come from catch-all routes, so there is no middleware to run.
     metrics = ServiceMetrics()
@@ -88,6 +124,9 @@ def create_app(
             apply_connections=settings.action_apply_connections,
             apply_max_batch=settings.action_apply_max_batch,
             observer=app[METRICS],
+            wait_replicas=settings.effective_redis_wait_replicas,
+            wait_timeout_ms=settings.redis_wait_timeout_ms,
+            node_client=node_client_factory(settings),
         )
         logger.info(
             "action service ready ttl_s=%d margin_s=%d tokens=%d read_tokens=%d dev_token=%s",

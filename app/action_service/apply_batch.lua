@@ -3,12 +3,15 @@
 -- script call (see docs/action-service.md). The service's apply batcher sends everything pending
 -- as one call; a batch of one is the low-load case.
 --
--- KEYS: 1 effects (stream)  2 alerts (stream)  3 stats (hash of durable counters), then three per
---       action i (i = 0..n-1): 4+3i idem:<key> (hash)  5+3i card:<card_id> (hash)
---       6+3i card:<card_id>:alerts (list)
--- ARGV: 1 ttl_ms  2 max_age_ms (ttl - margin)  3 max_skew_ms (margin)  4 alerts kept per card,
---       then ten per action i: 5+10i idempotency_key, fingerprint, type, card_id, txn_id, ts_ms,
---       score, model_version, decided_at_ms, freeze reason
+-- KEYS: w per action i (i = 0..n-1; w = 7 with claims, else 6), see redis_keys.py:
+--       1+wi idem (hash)  2+wi card (hash)  3+wi card alerts (list)  4+wi the card's shard's
+--       effects (stream)  5+wi its alerts (stream)  6+wi its stats (hash of counters), all in
+--       the card's shard; with claims, 7+wi the key's claim (hash, in the KEY's shard).
+--       On a single Redis one call carries any mix of shards, claims included. On a cluster a
+--       call carries one card shard (one slot) and no claims: claim_batch.lua took them first.
+-- ARGV: 1 ttl_ms  2 max_age_ms (ttl - margin)  3 max_skew_ms (margin)  4 alerts kept per card
+--       5 claim ttl_ms ('' : no claim keys), then ten per action i: 6+10i idempotency_key,
+--       fingerprint, type, card_id, txn_id, ts_ms, score, model_version, decided_at_ms, reason
 -- Returns {now_ms, then four per action: verdict, outcome, applied_at_ms, effect_id}. verdict is
 -- created | replay | mismatch | gone | future | error; outcome, applied_at_ms and effect_id are
 -- the key's record for created and replay, '' otherwise; for error, outcome is the message.
@@ -17,9 +20,11 @@
 -- a refused action writes nothing, and a created one writes the effect, its `effects` entry and
 -- the key record together. Actions of one batch run one after the other, in the order sent.
 
-local effects, alerts, stats = KEYS[1], KEYS[2], KEYS[3]
 local ttl_ms, max_age, max_skew, alerts_kept = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
   tonumber(ARGV[4])
+local claim_ttl = ARGV[5]
+local width = 6
+if claim_ttl ~= '' then width = 7 end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -33,16 +38,36 @@ local function wrong_type(name, wanted)
   return nil
 end
 
--- The shared streams are only ever appended to below, so one type check per batch holds for
--- every action of it (a wrong one refuses each action that would write, before its writes).
-local shared_bad = wrong_type(effects, 'stream') or wrong_type(alerts, 'stream')
+-- A shard's streams are only ever appended to below, so one type check per shard and batch
+-- holds for every action of it (a wrong one refuses each action that would write, before its
+-- writes).
+local shard_bad = {}
+local function streams_bad(effects, alerts)
+  local bad = shard_bad[effects]
+  if bad == nil then
+    bad = wrong_type(effects, 'stream') or wrong_type(alerts, 'stream') or false
+    shard_bad[effects] = bad
+  end
+  return bad
+end
 
--- One action: k = 3 key names (idem, card, card alerts), a = 10 arguments (see ARGV above).
--- Returns verdict, outcome, applied_at_ms, effect_id.
+-- One action: k = 6 key names (idem, card, card alerts, effects, alerts, stats) and the claim
+-- (or nil), a = 10 arguments (see ARGV above). Returns verdict, outcome, applied_at_ms,
+-- effect_id.
 local function apply_one(k, a)
-  local idem, card, card_alerts = k[1], k[2], k[3]
+  local idem, card, card_alerts, effects, alerts, stats = k[1], k[2], k[3], k[4], k[5], k[6]
+  local claim = k[7]
   local key, fingerprint, action_type, card_id, txn_id = a[1], a[2], a[3], a[4], a[5]
   local ts_ms, score, model_version, decided_at_ms, reason = a[6], a[7], a[8], a[9], a[10]
+
+  -- The claim catches the key reused with another card, whose record would be in another
+  -- card shard (the key is derived from type and txn_id only, the fingerprint covers the card).
+  if claim then
+    local owner = redis.call('HGET', claim, 'fingerprint')
+    if owner and owner ~= fingerprint then
+      return 'mismatch', '', '', ''
+    end
+  end
 
   -- (HMGET refuses an idem key of the wrong type with an error, before any write)
   -- A known key answers from its record, whatever the action's age: a replay is harmless.
@@ -71,7 +96,8 @@ local function apply_one(k, a)
   if action_type ~= 'freeze_card' and action_type ~= 'alert_customer' then
     return 'error', 'ERR unknown action type', '', ''
   end
-  if shared_bad then return 'error', shared_bad, '', '' end
+  local bad_streams = streams_bad(effects, alerts)
+  if bad_streams then return 'error', bad_streams, '', '' end
   if action_type == 'alert_customer' then
     -- an alert writes the alerts stream first, then the card's list and hash: check both
     -- (a freeze's first command on its card is HGET, which refuses a wrong type itself)
@@ -109,16 +135,21 @@ local function apply_one(k, a)
     'model_version', model_version, 'decided_at_ms', decided_at_ms, 'outcome', outcome,
     'applied_at_ms', now_ms, 'effect_id', effect_id)
   redis.call('PEXPIRE', idem, ttl_ms)
+  if claim then
+    redis.call('HSET', claim, 'fingerprint', fingerprint, 'card_id', card_id)
+    redis.call('PEXPIRE', claim, claim_ttl)
+  end
   return 'created', outcome, now_ms, effect_id
 end
 
 local reply = {now_ms}
-local n = (#KEYS - 3) / 3
+local n = #KEYS / width
 for i = 0, n - 1 do
-  local ki, ai = 3 + 3 * i, 4 + 10 * i
+  local ki, ai = width * i, 5 + 10 * i
   -- pcall: an unexpected error in one action answers that action, never its neighbours
   local ok, verdict, outcome, applied_at, effect_id = pcall(apply_one,
-    {KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3]},
+    {KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4], KEYS[ki + 5], KEYS[ki + 6],
+     width == 7 and KEYS[ki + 7] or nil},
     {ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6],
      ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9], ARGV[ai + 10]})
   if not ok then

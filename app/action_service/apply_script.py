@@ -2,8 +2,9 @@
 
 `pack_call` turns a batch of actions into one EVALSHA command (RESP bytes, packed once per
 batch by hiredis); `parse_reply` turns the script's flat reply back into one result per action.
-The per-action key names and arguments are built in `_action_keys` / `_action_args` only, so a
-change of key layout (Redis Cluster hash tags) touches those two and the script's `apply_one`.
+The per-action key names come from `redis_keys.action_keys` (six keys, one slot per action) and
+the arguments from `_action_args` only. On a single Redis one call carries a whole batch; on a
+cluster `call_args` builds one call per shard (see cluster_batcher.py).
 """
 
 from __future__ import annotations
@@ -15,23 +16,14 @@ from importlib import resources
 from typing import Final, Literal, NamedTuple
 
 import hiredis
+from redis.exceptions import RedisError
 
-from app.action_service.redis_keys import (
-    ALERTS_STREAM,
-    EFFECTS_STREAM,
-    STATS_KEY,
-    card_alerts_key,
-    card_key,
-    idem_key,
-)
+from app.action_service.redis_keys import action_keys, claim_key
 from app.actions.action import Action
 from app.actions.key import action_fingerprint
 
 Verdict = Literal["created", "replay", "mismatch", "gone", "future"]
 _VERDICTS: Final = frozenset(("created", "replay", "mismatch", "gone", "future"))
-#: Shared keys before the per-action ones, shared arguments before the per-action ones.
-_SHARED_KEYS: Final = (EFFECTS_STREAM, ALERTS_STREAM, STATS_KEY)
-_KEYS_PER_ACTION: Final = 3
 _ARGS_PER_ACTION: Final = 10
 #: Reply fields per action: verdict, outcome, applied_at_ms, effect_id.
 _REPLY_PER_ACTION: Final = 4
@@ -46,9 +38,25 @@ def apply_script_source() -> str:
 @functools.cache
 def apply_script_sha() -> str:
     """SHA1 of the script, as EVALSHA names it."""
+    return _sha1(apply_script_source())
+
+
+@functools.cache
+def claim_script_source() -> str:
+    """Text of the Lua script that claims a batch of keys (cluster only, before applying)."""
+    return resources.files("app.action_service").joinpath("claim_batch.lua").read_text("utf-8")
+
+
+@functools.cache
+def claim_script_sha() -> str:
+    """SHA1 of the claim script."""
+    return _sha1(claim_script_source())
+
+
+def _sha1(text: str) -> str:
     import hashlib
 
-    return hashlib.sha1(apply_script_source().encode("utf-8"), usedforsecurity=False).hexdigest()
+    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 class ApplyResult(NamedTuple):
@@ -68,6 +76,36 @@ class ScriptActionError(Exception):
     nothing was written for it. Answered 500."""
 
 
+class NotReplicatedError(RedisError):
+    """WAIT after the script call counted fewer replicas than required within its timeout: the
+    write is on the master but may not survive its failover. Answered 503; the client's retry
+    of the same key is answered from the record once the replicas have it."""
+
+    def __init__(self, acked: int, wanted: int, timeout_ms: int) -> None:
+        super().__init__(f"the write reached {acked} of {wanted} required Redis replicas within "
+                         f"{timeout_ms} ms; retry with the same key")
+        self.acked = acked
+        self.wanted = wanted
+
+
+def wait_command(replicas: int, timeout_ms: int) -> tuple[str, int, int]:
+    """`WAIT replicas timeout`, sent on the script's own connection right after it."""
+    return ("WAIT", replicas, timeout_ms)
+
+
+def require_replicas(results: list[ApplyResult | Exception], acked: int, wanted: int,
+                     timeout_ms: int) -> list[ApplyResult | Exception]:
+    """`results` with every created or replayed answer replaced by NotReplicatedError when
+    fewer than `wanted` replicas acknowledged (a replay too: its record may be the very write
+    that was not acknowledged, and its own counter write comes after it in the replication
+    stream, so its WAIT covers the record)."""
+    if acked >= wanted:
+        return results
+    error = NotReplicatedError(acked, wanted, timeout_ms)
+    return [error if isinstance(r, ApplyResult) and r.verdict in ("created", "replay") else r
+            for r in results]
+
+
 @dataclass(frozen=True, slots=True)
 class ScriptLimits:
     """The script's shared arguments: key TTL, 410/future rule bounds, alerts kept per card."""
@@ -77,10 +115,10 @@ class ScriptLimits:
     margin_ms: int
     alerts_per_card: int
 
-
-def _action_keys(action: Action) -> tuple[str, str, str]:
-    return (idem_key(action.idempotency_key), card_key(action.card_id),
-            card_alerts_key(action.card_id))
+    @property
+    def claim_ttl_ms(self) -> int:
+        """A claim outlives its record (written a moment later on a cluster) by the margin."""
+        return self.ttl_ms + self.margin_ms
 
 
 def _action_args(action: Action) -> tuple[str, ...]:
@@ -101,15 +139,48 @@ def _action_args(action: Action) -> tuple[str, ...]:
     )
 
 
-def pack_call(actions: Sequence[Action], limits: ScriptLimits) -> bytes:
-    """One `EVALSHA` of the apply script for `actions`, in RESP (what goes on the wire)."""
-    keys: list[str] = list(_SHARED_KEYS)
+def call_args(actions: Sequence[Action], limits: ScriptLimits, *,
+              claims: bool) -> tuple[str | int, ...]:
+    """The `EVALSHA` command of the apply script for `actions`, as command arguments; with
+    `claims` each action's claim key is checked and written in the same call (single Redis)."""
+    keys: list[str] = []
     args: list[str] = [str(limits.ttl_ms), str(limits.max_age_ms), str(limits.margin_ms),
-                       str(limits.alerts_per_card)]
+                       str(limits.alerts_per_card), str(limits.claim_ttl_ms) if claims else ""]
     for action in actions:
-        keys += _action_keys(action)
+        keys += action_keys(action.idempotency_key, action.card_id)
+        if claims:
+            keys.append(claim_key(action.idempotency_key))
         args += _action_args(action)
-    return hiredis.pack_command(("EVALSHA", apply_script_sha(), len(keys), *keys, *args))
+    return ("EVALSHA", apply_script_sha(), len(keys), *keys, *args)
+
+
+def pack_call(actions: Sequence[Action], limits: ScriptLimits) -> bytes:
+    """One `EVALSHA` of the apply script for `actions`, claims included (a single Redis), in
+    RESP (what goes on the wire)."""
+    return hiredis.pack_command(call_args(actions, limits, claims=True))
+
+
+ClaimVerdict = Literal["held", "claimed", "mismatch", "gone", "future", "error"]
+
+
+def claim_call_args(actions: Sequence[Action], limits: ScriptLimits) -> tuple[str | int, ...]:
+    """The `EVALSHA` of the claim script for `actions` (all of one key shard)."""
+    keys = [claim_key(action.idempotency_key) for action in actions]
+    args: list[str] = [str(limits.claim_ttl_ms), str(limits.max_age_ms), str(limits.margin_ms)]
+    for action in actions:
+        args += (action_fingerprint(action), action.card_id, str(action.decided_at_ms))
+    return ("EVALSHA", claim_script_sha(), len(keys), *keys, *args)
+
+
+def parse_claims(reply: Sequence[str], count: int) -> tuple[int, list[ClaimVerdict]]:
+    """The claim script's reply: its server time and one verdict per action."""
+    if len(reply) != 1 + count:
+        raise RuntimeError(f"claim script answered {len(reply)} fields for {count} actions")
+    verdicts = list(reply[1:])
+    for verdict in verdicts:
+        if verdict not in ("held", "claimed", "mismatch", "gone", "future", "error"):
+            raise RuntimeError(f"claim script returned an unknown verdict {verdict!r}")
+    return int(reply[0]), verdicts  # type: ignore[return-value]
 
 
 def parse_reply(reply: Sequence[str], count: int) -> list[ApplyResult | ScriptActionError]:

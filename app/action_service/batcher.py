@@ -14,6 +14,11 @@ no future resolves before Redis has answered.
 A failure of the call (connection lost, timeout, out of memory) fails every action of that
 batch with the same Redis error (the handlers answer 503). The script may or may not have run;
 either way a retry is safe, it sees 200 for the keys that were applied.
+
+With `wait_replicas` > 0 (a master with replicas), `WAIT wait_replicas wait_timeout_ms` is
+written on the same connection right behind the script call, and the batch is resolved from
+its reply: fewer replicas than asked fail the batch's created and replayed answers with
+`NotReplicatedError` (503). On a single Redis without replicas it is 0: nothing more is sent.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from app.action_service.apply_script import (
     apply_script_source,
     pack_call,
     parse_reply,
+    require_replicas,
+    wait_command,
 )
 from app.actions.action import Action
 
@@ -67,7 +74,8 @@ _Pending = tuple[Action, "asyncio.Future[ApplyResult]", "Callable[[], None] | No
 class _Call:
     """One batch on one lane: its command, and what its reply resolves."""
 
-    __slots__ = ("batch", "conn", "load_error", "packed", "reloaded", "started")
+    __slots__ = ("batch", "conn", "done", "load_error", "packed", "reloaded", "reply",
+                 "stale_waits", "started")
 
     def __init__(self, conn: ScriptConnection, batch: list[_Pending]) -> None:
         self.conn = conn
@@ -76,6 +84,9 @@ class _Call:
         self.started = 0.0
         self.reloaded = False
         self.load_error: BaseException | None = None
+        self.reply: Any = None
+        self.stale_waits = 0  # WAIT replies to skip (the first send's, after a NOSCRIPT)
+        self.done = False
 
 
 class ApplyBatcher:
@@ -89,10 +100,18 @@ class ApplyBatcher:
         lanes: int,
         max_batch: int,
         observer: BatchObserver | None = None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 0,
     ) -> None:
         if lanes < 1 or max_batch < 1:
             raise ValueError(f"need lanes >= 1 and max_batch >= 1, got {lanes} and {max_batch}")
+        if wait_replicas < 0 or wait_timeout_ms < 0:
+            raise ValueError("wait_replicas and wait_timeout_ms must be >= 0")
         self._limits = limits
+        self._wait_replicas = wait_replicas
+        self._wait_timeout_ms = wait_timeout_ms
+        self._wait = (hiredis.pack_command(wait_command(wait_replicas, wait_timeout_ms))
+                      if wait_replicas else b"")
         self._max_batch = max_batch
         self._observer = observer
         self._pending: deque[_Pending] = deque()
@@ -155,7 +174,12 @@ class ApplyBatcher:
             self._finish(call, exc)
             return
         call.started = time.perf_counter()
+        self._send_script(call)
+
+    def _send_script(self, call: _Call) -> None:
         call.conn.send(call.packed, lambda reply: self._replied(call, reply))
+        if self._wait:
+            call.conn.send(self._wait, lambda acked: self._waited(call, acked))
 
     def _replied(self, call: _Call, reply: Any) -> None:
         """The script call's reply (or error); on NOSCRIPT (nothing ran: a restarted Redis)
@@ -165,19 +189,36 @@ class ApplyBatcher:
                 reply = call.load_error
             elif not call.reloaded and call.conn.is_open():
                 call.reloaded = True
+                if self._wait:
+                    call.stale_waits += 1
                 call.conn.send(hiredis.pack_command(("SCRIPT", "LOAD", apply_script_source())),
                                lambda loaded: self._loaded(call, loaded))
-                call.conn.send(call.packed, lambda again: self._replied(call, again))
+                self._send_script(call)
                 return
-        self._finish(call, reply)
+        if self._wait:
+            call.reply = reply  # resolved by the WAIT reply that follows
+        else:
+            self._finish(call, reply)
+
+    def _waited(self, call: _Call, acked: Any) -> None:
+        """WAIT's reply (or error): the batch is resolved with the script's reply, its answers
+        refused when fewer replicas than required have the writes."""
+        if call.stale_waits:
+            call.stale_waits -= 1
+            return
+        if call.done:
+            return
+        self._finish(call, call.reply, acked)
 
     @staticmethod
     def _loaded(call: _Call, reply: Any) -> None:
         if isinstance(reply, BaseException):
             call.load_error = reply  # the resent call then fails with it, not with NOSCRIPT
 
-    def _finish(self, call: _Call, reply: Any) -> None:
-        """Resolve the batch's futures, free its lane, and send what is pending on it."""
+    def _finish(self, call: _Call, reply: Any, acked: Any = None) -> None:
+        """Resolve the batch's futures, free its lane, and send what is pending on it.
+        `acked`: WAIT's reply when one was sent (a count, or the error it got)."""
+        call.done = True
         batch = call.batch
         results: list[Any]
         if isinstance(reply, BaseException):
@@ -188,6 +229,13 @@ class ApplyBatcher:
             except Exception as exc:
                 reply = exc
                 results = [exc] * len(batch)
+        if self._wait and not isinstance(reply, BaseException):
+            if isinstance(acked, BaseException):
+                reply = acked
+                results = [acked] * len(batch)
+            else:
+                results = require_replicas(results, int(acked), self._wait_replicas,
+                                           self._wait_timeout_ms)
         if isinstance(reply, BaseException):
             logger.warning("apply batch failed size=%d error=%s", len(batch),
                            type(reply).__name__)

@@ -16,10 +16,12 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from aiohttp import web
+from redis.exceptions import ClusterError, ReadOnlyError, ResponseError, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.action_service.apply_script import NotReplicatedError
 from app.action_service.metrics import ServiceMetrics
 from app.action_service.replies import error_reply, unavailable_reply
 
@@ -41,13 +43,34 @@ async def _answer(request: web.Request, handler: Handler, route: str,
     except web.HTTPException as exc:
         headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
         return error_reply(exc.status, exc.reason, None, headers)
-    except (RedisConnectionError, RedisTimeoutError, RedisOutOfMemoryError) as exc:
+    except NotReplicatedError as exc:
+        metrics.redis_unavailable.inc()
+        logger.warning("write not acknowledged by replicas route=%s acked=%d wanted=%d", route,
+                       exc.acked, exc.wanted)
+        return unavailable_reply(str(exc))
+    except (RedisConnectionError, RedisTimeoutError, RedisOutOfMemoryError, ClusterError,
+            ReadOnlyError, SlotNotCoveredError) as exc:
         metrics.redis_unavailable.inc()
         logger.warning("redis unavailable route=%s error=%s", route, type(exc).__name__)
         return unavailable_reply()
+    except ResponseError as exc:
+        if _in_failover(exc):
+            metrics.redis_unavailable.inc()
+            logger.warning("redis cluster in failover route=%s error=%s", route,
+                           type(exc).__name__)
+            return unavailable_reply()
+        logger.exception("unhandled error route=%s method=%s", route, request.method)
+        return error_reply(500, "internal error", None)
     except Exception:
         logger.exception("unhandled error route=%s method=%s", route, request.method)
         return error_reply(500, "internal error", None)
+
+
+def _in_failover(exc: ResponseError) -> bool:
+    """A cluster error reply that a failover explains (the slot moved, its master is down or
+    demoted): worth a retry, not a 500."""
+    return str(exc).split(" ", 1)[0] in ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN",
+                                         "MASTERDOWN", "READONLY")
 
 
 def observed(metrics: ServiceMetrics, route: str, method: str, handler: Handler) -> Handler:

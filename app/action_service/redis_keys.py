@@ -1,27 +1,99 @@
-"""Names of the action service's Redis keys: the one place that knows the key layout."""
+"""Names of the action service's Redis keys: the one place that knows the key layout.
+
+Every key one action touches carries its card's shard tag (`{fs<i>.<n>}`), so they all hash to
+one Redis Cluster slot and one Lua call can write them atomically on a cluster too:
+
+    idem:{tag}:<idempotency_key>      hash, the key's record (expires after the key TTL)
+    card:{tag}:<card_id>              hash, the card's status
+    card:{tag}:<card_id>:alerts       list, the card's newest alerts
+    effects:{tag}                     stream, the shard's part of the exactly-once ledger
+    alerts:{tag}                      stream, the shard's queued customer alerts
+    stats:{tag}                       hash, the shard's durable counters (`replays`)
+
+and one key in the shard of the idempotency key itself (`crc32(key) % SHARDS`):
+
+    claim:{tag}:<idempotency_key>     hash, fingerprint and card_id of the action owning the key
+
+The claim is what makes "same key, another card" a 422 although that card's record would be in
+another shard, and it tells GET /v1/actions/{key} which card shard holds the record (the key
+is derived from (type, txn_id) and names no card). On a single Redis the apply script checks
+and writes it with the rest; on a cluster a claim call on the key's master comes first.
+
+The shard of a card is `crc32(card_id) % SHARDS`. Readers of "all effects" or "all alerts"
+merge the shards (see ledger.py). Changing any name or the shard count moves every key: like
+a key scheme bump, it needs an empty Redis.
+"""
 
 from __future__ import annotations
 
+import zlib
 from typing import Final
 
-#: Stream with one entry per key answered 201: the ledger that proves "exactly once".
-EFFECTS_STREAM: Final = "effects"
-#: Stream of queued customer alerts, for a notifier to consume.
-ALERTS_STREAM: Final = "alerts"
-#: Hash of durable counters; field `replays` counts redeliveries absorbed (answered 200 replayed).
-STATS_KEY: Final = "stats"
+#: Number of ledger shards. Fixed forever: a card's shard, and therefore where its keys and
+#: ledger entries live, must not move when the cluster grows. 16 spreads evenly over any
+#: cluster of up to 16 masters (each shard is a slot, and a slot lives on one master), while
+#: reading "all effects" or looking a key up stays a 16-command pipeline.
+SHARDS: Final = 16
+
+#: Hash tag of each shard: tag i is the first `fs<i>.<n>` (n = 0, 1, ...) whose slot lies in
+#: the i-th sixteenth of the 16384 slots, so the shards spread evenly over masters that own
+#: contiguous slot ranges (as `redis-cli --cluster create` assigns them). Pinned by a test.
+SHARD_TAGS: Final = (
+    "fs0.11", "fs1.12", "fs2.22", "fs3.21", "fs4.61", "fs5.62", "fs6.3", "fs7.0",
+    "fs8.1", "fs9.2", "fs10.23", "fs11.20", "fs12.3", "fs13.0", "fs14.40", "fs15.43",
+)
+
+#: Per shard: its effects stream, alerts stream and stats hash (the keys every action of the
+#: shard shares), built once.
+SHARD_KEYS: Final = tuple(
+    (f"effects:{{{tag}}}", f"alerts:{{{tag}}}", f"stats:{{{tag}}}") for tag in SHARD_TAGS
+)
+#: Every shard's effects stream, in shard order.
+EFFECTS_STREAMS: Final = tuple(keys[0] for keys in SHARD_KEYS)
+#: Every shard's alerts stream, in shard order.
+ALERTS_STREAMS: Final = tuple(keys[1] for keys in SHARD_KEYS)
+#: Every shard's counters hash; field `replays` counts redeliveries absorbed (200 replayed).
+STATS_KEYS: Final = tuple(keys[2] for keys in SHARD_KEYS)
+#: Key patterns of every key the service writes (for ACLs).
+KEY_PATTERNS: Final = ("idem:*", "card:*", "effects:*", "alerts:*", "stats:*", "claim:*")
 
 
-def idem_key(key: str) -> str:
-    """Redis hash holding an idempotency key's record (expires after the key TTL)."""
-    return f"idem:{key}"
+def shard_of(name: str) -> int:
+    """The shard of a card id (or, for its claim, of an idempotency key): crc32 of its UTF-8
+    bytes modulo SHARDS (stable across processes and versions, unlike Python's salted `hash`)."""
+    return zlib.crc32(name.encode("utf-8")) % SHARDS
+
+
+def claim_key(key: str) -> str:
+    """Redis hash naming the action that owns an idempotency key, in the KEY's shard."""
+    return f"claim:{{{SHARD_TAGS[shard_of(key)]}}}:{key}"
+
+
+def idem_key(key: str, card_id: str) -> str:
+    """Redis hash holding an idempotency key's record, in its card's shard."""
+    return f"idem:{{{SHARD_TAGS[shard_of(card_id)]}}}:{key}"
+
+
+def idem_keys(key: str) -> tuple[str, ...]:
+    """The record's name in every shard (where GET /v1/actions/{key} looks)."""
+    return tuple(f"idem:{{{tag}}}:{key}" for tag in SHARD_TAGS)
 
 
 def card_key(card_id: str) -> str:
     """Redis hash holding a card's status (status, frozen_at_ms, reason, ...)."""
-    return f"card:{card_id}"
+    return f"card:{{{SHARD_TAGS[shard_of(card_id)]}}}:{card_id}"
 
 
 def card_alerts_key(card_id: str) -> str:
     """Redis list of a card's newest alerts (JSON objects), oldest first."""
-    return f"card:{card_id}:alerts"
+    return f"card:{{{SHARD_TAGS[shard_of(card_id)]}}}:{card_id}:alerts"
+
+
+def action_keys(key: str, card_id: str) -> tuple[str, str, str, str, str, str]:
+    """Every key one action touches, in the apply script's order: idem, card, card alerts,
+    then its shard's effects stream, alerts stream and stats hash (one slot, one tag)."""
+    shard = shard_of(card_id)
+    tag = SHARD_TAGS[shard]
+    effects, alerts, stats = SHARD_KEYS[shard]
+    return (f"idem:{{{tag}}}:{key}", f"card:{{{tag}}}:{card_id}",
+            f"card:{{{tag}}}:{card_id}:alerts", effects, alerts, stats)

@@ -4,24 +4,42 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from app.action_service.apply_script import ApplyResult, ScriptLimits
 from app.action_service.batcher import ApplyBatcher, BatchObserver, ScriptConnection
+from app.action_service.cluster_batcher import ClusterApplyBatcher, NodeClientFactory
 from app.action_service.raw_connection import RawConnection
-from app.action_service.redis_keys import card_alerts_key, card_key, idem_key
+from app.action_service.redis_keys import card_alerts_key, card_key, claim_key, idem_key
 from app.actions.action import Action
 
 
+class Applier(Protocol):
+    """Applies queued actions in batches (`ApplyBatcher`, `ClusterApplyBatcher`)."""
+
+    def submit(
+        self, action: Action, settled: Callable[[], None] | None = None
+    ) -> asyncio.Future[ApplyResult]: ...
+
+    async def close(self) -> None: ...
+
+
 class ActionStore:
-    """Applies actions and reads records and cards; every write goes through one Lua script."""
+    """Applies actions and reads records and cards; every write goes through one Lua script.
+
+    `redis` is a single node's client (`Redis`: one script call per batch, on the batcher's
+    dedicated connections) or a cluster's (`RedisCluster`: one call per shard, on per-master
+    clients from `node_client`). With `wait_replicas` > 0 an answer waits for that many
+    replicas to acknowledge the write (WAIT, `wait_timeout_ms`), else it fails with 503.
+    """
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Redis | RedisCluster,
         *,
         ttl_ms: int,
         margin_ms: int,
@@ -29,25 +47,45 @@ class ActionStore:
         apply_connections: int = 2,
         apply_max_batch: int = 256,
         observer: BatchObserver | None = None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 0,
+        node_client: NodeClientFactory | None = None,
     ) -> None:
         if ttl_ms <= 0 or margin_ms < 0 or margin_ms >= ttl_ms:
             raise ValueError(f"need 0 <= margin < ttl, got ttl_ms={ttl_ms} margin_ms={margin_ms}")
         if alerts_per_card < 1:
             raise ValueError(f"alerts_per_card must be >= 1, got {alerts_per_card}")
         self._redis = redis
+        self._cluster = isinstance(redis, RedisCluster)
         self._limits = ScriptLimits(ttl_ms, ttl_ms - margin_ms, margin_ms, alerts_per_card)
-        self._batcher = ApplyBatcher(
-            self._dedicated_connection,
-            self._limits,
-            lanes=apply_connections,
-            max_batch=apply_max_batch,
-            observer=observer,
-        )
+        self._batcher: Applier
+        if isinstance(redis, RedisCluster):
+            if node_client is None:
+                raise ValueError("a cluster client needs node_client (per-master clients)")
+            self._batcher = ClusterApplyBatcher(
+                redis, node_client, self._limits, lanes=apply_connections,
+                max_batch=apply_max_batch, observer=observer, wait_replicas=wait_replicas,
+                wait_timeout_ms=wait_timeout_ms)
+        else:
+            self._batcher = ApplyBatcher(
+                self._dedicated_connection,
+                self._limits,
+                lanes=apply_connections,
+                max_batch=apply_max_batch,
+                observer=observer,
+                wait_replicas=wait_replicas,
+                wait_timeout_ms=wait_timeout_ms,
+            )
+
+    @property
+    def is_cluster(self) -> bool:
+        """True when the store talks to a Redis Cluster."""
+        return self._cluster
 
     def _dedicated_connection(self) -> ScriptConnection:
         """A raw connection opened like the client's own (kind and options), outside its pool;
         it connects lazily and waits for a reply as long as the client's socket timeout."""
-        pool = self._redis.connection_pool
+        pool = self._redis.connection_pool  # type: ignore[union-attr]  # a node's client
         kwargs = pool.connection_kwargs
         return RawConnection(lambda: pool.connection_class(**kwargs),
                              kwargs.get("socket_timeout"))
@@ -73,15 +111,24 @@ class ActionStore:
         await self._batcher.close()
 
     async def record(self, key: str) -> tuple[dict[str, str], int] | None:
-        """A key's stored record and its remaining lifetime in ms, or None if unknown."""
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(idem_key(key))
-            pipe.pttl(idem_key(key))
+        """A key's stored record and its remaining lifetime in ms, or None if unknown.
+
+        The key names no card: its claim (in the key's own shard) says which card, so which
+        card shard, holds the record. Two reads, each in one slot.
+        """
+        card_id = await self._redis.hget(claim_key(key), "card_id")
+        if card_id is None:
+            return None
+        name = idem_key(key, card_id)
+        async with self._redis.pipeline(transaction=not self._cluster) as pipe:
+            pipe.hgetall(name)
+            pipe.pttl(name)
             record, pttl = await pipe.execute()
         return (record, int(pttl)) if record else None
 
     async def card(self, card_id: str) -> tuple[dict[str, str], list[str]]:
-        """A card's hash and its alert list (JSON strings), read as one snapshot."""
+        """A card's hash and its alert list (JSON strings), read as one snapshot (MULTI/EXEC:
+        both keys are in the card's slot, so this holds on a cluster too)."""
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(card_key(card_id))
             pipe.lrange(card_alerts_key(card_id), 0, -1)

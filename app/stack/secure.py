@@ -16,6 +16,7 @@ from typing import Final
 
 import redis
 
+from app.action_service.redis_keys import KEY_PATTERNS
 from app.settings import Settings
 from app.stack.certs import CertFiles, ensure_certs
 from app.stack.kafka import KafkaNode, StackError
@@ -34,10 +35,11 @@ KAFKA_ADMIN_USER: Final = "admin"
 #: and the commands it calls), the two read pipelines (MULTI/EXEC), PING for /readyz.
 SERVICE_REDIS_COMMANDS: Final = (
     "ping", "evalsha", "eval", "script|load", "multi", "exec",
-    "hgetall", "pttl", "lrange",
+    "hgetall", "pttl", "lrange", "wait",
     "time", "type", "hmget", "hget", "hset", "hincrby", "xadd", "rpush", "ltrim", "pexpire",
 )
-SERVICE_REDIS_KEYS: Final = ("idem:*", "card:*", "effects", "alerts", "stats")
+#: Key patterns of every key the service writes (from the key layout: shard-tagged names).
+SERVICE_REDIS_KEYS: Final = KEY_PATTERNS
 
 
 @dataclass(frozen=True, slots=True)

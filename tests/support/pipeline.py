@@ -101,13 +101,15 @@ def produce(settings: Settings, logical: str, records: Sequence[tuple[bytes | No
     asyncio.run(run())
 
 
-def effects(redis_url: str) -> list[dict[str, str]]:
-    """Every entry of the action service's `effects` stream (the exactly-once ledger)."""
-    import redis
+def effects(redis_url: str, **client_kwargs: object) -> list[dict[str, str]]:
+    """Every entry of the action service's ledger (all effects shards merged, see
+    app.action_service.ledger), on a single Redis or a cluster URL."""
+    from app.action_service.ledger import read_effects
+    from app.redis_url import sync_client
 
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = sync_client(redis_url, decode_responses=True, **client_kwargs)
     try:
-        return [fields for _id, fields in client.xrange("effects")]
+        return [fields for _id, fields in read_effects(client)]
     finally:
         client.close()
 

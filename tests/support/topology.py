@@ -19,6 +19,9 @@ import orjson
 import redis
 from aiokafka.errors import KafkaError
 
+from app.action_service.ledger import count_replays, read_effects
+from app.action_service.redis_keys import card_key
+from app.redis_url import sync_client
 from app.security.redis import redis_connection_kwargs
 from app.settings import Settings
 from app.stream import topics
@@ -169,13 +172,13 @@ class Topology:
                 for t in (topics.TRANSACTIONS, topics.ACTIONS)}
 
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.settings.effective_redis_url, decode_responses=True,
-                                     **redis_connection_kwargs(self.settings))
+        return sync_client(self.settings.effective_redis_url, decode_responses=True,
+                           **redis_connection_kwargs(self.settings))
 
     def replays_absorbed(self) -> int:
         client = self.redis()
         try:
-            return int(client.hget("stats", "replays") or 0)
+            return count_replays(client)
         finally:
             client.close()
 
@@ -270,15 +273,17 @@ class Topology:
         try:
             wrong = []
             for card, txn in first_freeze.items():
-                state = client.hgetall(f"card:{card}")
+                state = client.hgetall(card_key(card))
                 if state.get("status") != "frozen" or state.get("txn_id") != txn:
                     wrong.append(card)
-            frozen_cards = {k.split(":", 1)[1] for k in client.scan_iter("card:*")
-                            if k.count(":") == 1 and client.hget(k, "status") == "frozen"}
+            # card hashes are card:{shard tag}:<card_id> (their alert lists are lists)
+            frozen_cards = {k.split("}:", 1)[1] for k in client.scan_iter("card:*", _type="hash")
+                            if client.hget(k, "status") == "frozen"}
             # what happened to each such card, in the order the action service applied it
-            story = {card: (client.hgetall(f"card:{card}"),
+            ledger = read_effects(client) if wrong else []
+            story = {card: (client.hgetall(card_key(card)),
                             [(f.get("type"), f.get("txn_id"), f.get("outcome"), f.get("applied_at_ms"))
-                             for _, f in client.xrange("effects") if f.get("card_id") == card])
+                             for _, f in ledger if f.get("card_id") == card])
                      for card in wrong[:3]}
         finally:
             client.close()

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from app.action_service.redis_keys import EFFECTS_STREAM
+from app.action_service.ledger import count_effects_async, read_effects_async
 from app.actions.delivery import ActionDeliverer, Delivered, Rejected
 from app.settings import load_settings
 
@@ -43,7 +43,7 @@ async def test_deliver_applies_then_replays_then_rejects_the_stale(
     assert isinstance(refused, Rejected)
     assert refused.status == 410
     assert "decided_at_ms" in refused.body
-    assert await redis.xlen(EFFECTS_STREAM) == 1
+    assert await count_effects_async(redis) == 1
 
 
 async def test_deliver_many_applies_every_action_once(client, redis, new_action, action_token):
@@ -53,7 +53,7 @@ async def test_deliver_many_applies_every_action_once(client, redis, new_action,
     assert all(isinstance(r, Delivered) for r in results)
     statuses = [r.status for r in results]
     assert (statuses.count(201), statuses.count(200)) == (150, 50)  # one 201 per key
-    keys = [f["idempotency_key"] for _, f in await redis.xrange(EFFECTS_STREAM)]
+    keys = [f["idempotency_key"] for _, f in await read_effects_async(redis)]
     assert sorted(keys) == sorted(a.idempotency_key for a in actions)
 
 

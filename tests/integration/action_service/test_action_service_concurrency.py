@@ -10,7 +10,8 @@ from aiohttp import ClientSession, TCPConnector
 from aiohttp.test_utils import TestServer
 
 from app.action_service.app import create_app
-from app.action_service.redis_keys import EFFECTS_STREAM, card_key
+from app.action_service.ledger import count_alerts_async, count_effects_async, read_effects_async
+from app.action_service.redis_keys import card_key
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ async def test_200_concurrent_identical_requests_apply_one_effect(client, redis,
     assert statuses[201] == 1
     assert set(statuses) <= {200, 201, 409}
     assert sum(statuses.values()) == 200
-    entries = await redis.xrange(EFFECTS_STREAM)
+    entries = await read_effects_async(redis)
     assert [f["idempotency_key"] for _, f in entries] == [act.idempotency_key]
 
 
@@ -56,7 +57,7 @@ async def test_two_processes_worth_of_servers_on_one_redis_apply_one_effect(
     statuses = Counter(results[0] + results[1])
     assert statuses[201] == 1
     assert set(statuses) <= {200, 201, 409}
-    assert await redis.xlen(EFFECTS_STREAM) == 1
+    assert await count_effects_async(redis) == 1
 
 
 async def test_concurrent_different_payloads_on_one_key_one_wins(client, redis, auth, new_action):
@@ -71,7 +72,7 @@ async def test_concurrent_different_payloads_on_one_key_one_wins(client, redis, 
     assert counted[201] == 1
     assert set(counted) <= {201, 409, 422}
     winner = variants[statuses.index(201)]
-    entries = await redis.xrange(EFFECTS_STREAM)
+    entries = await read_effects_async(redis)
     assert [f["card_id"] for _, f in entries] == [winner.card_id]
     frozen = [
         v.card_id for v in variants if await redis.hget(card_key(v.card_id), "status") == "frozen"
@@ -103,5 +104,5 @@ async def test_script_alone_arbitrates_250_concurrent_applies(make_settings, red
         (winner.outcome, winner.applied_at_ms, winner.effect_id)
     }
     assert verdicts["replay"] + verdicts["mismatch"] == 249
-    assert await redis.xlen(EFFECTS_STREAM) == 1
-    assert await redis.xlen("alerts") == 1
+    assert await count_effects_async(redis) == 1
+    assert await count_alerts_async(redis) == 1

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.action_service.redis_keys import ALERTS_STREAM, EFFECTS_STREAM, card_key, idem_key
+from app.action_service.ledger import (
+    count_alerts_async,
+    count_effects_async,
+    read_alerts_async,
+    read_effects_async,
+)
+from app.action_service.redis_keys import card_key, idem_key
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +32,7 @@ async def test_new_key_applies_once_and_replays_answer_from_the_record(
     assert again.headers["Idempotent-Replayed"] == "true"
     assert await again.json() == body
 
-    entries = await redis.xrange(EFFECTS_STREAM)
+    entries = await read_effects_async(redis)
     assert len(entries) == 1
     effect_id, fields = entries[0]
     assert effect_id == body["effect_id"]
@@ -38,7 +44,7 @@ async def test_new_key_applies_once_and_replays_answer_from_the_record(
     card = await redis.hgetall(card_key("card-a"))
     assert card["status"] == "frozen"
     assert card["txn_id"] == "txn-a"
-    ttl_ms = await redis.pttl(idem_key(act.idempotency_key))
+    ttl_ms = await redis.pttl(idem_key(act.idempotency_key, act.card_id))
     assert 86_000_000 < ttl_ms <= 86_400_000
 
 
@@ -62,8 +68,8 @@ async def test_replay_under_new_model_version_and_later_decision_is_the_same_act
     )
     assert (first.status, second.status) == (201, 200)
     assert await second.json() == await first.json()
-    assert await redis.xlen(EFFECTS_STREAM) == 1
-    assert await redis.xlen(ALERTS_STREAM) == 1
+    assert await count_effects_async(redis) == 1
+    assert await count_alerts_async(redis) == 1
 
 
 async def test_same_key_with_another_card_or_ts_is_422_and_applies_nothing(
@@ -82,7 +88,7 @@ async def test_same_key_with_another_card_or_ts_is_422_and_applies_nothing(
         )
         assert response.status == 422
         assert (await response.json())["field"] == "idempotency_key"
-    assert await redis.xlen(EFFECTS_STREAM) == 1
+    assert await count_effects_async(redis) == 1
     assert await redis.exists(card_key("card-other")) == 0
 
 
@@ -103,7 +109,7 @@ async def test_freezing_a_frozen_card_records_the_key_and_keeps_the_first_freeze
     assert card["txn_id"] == "txn-d1"
     assert card["frozen_at_ms"] == (await r1.json())["applied_at_ms"]
     # invariant: exactly one effects entry per key answered 201, no-op freezes included
-    effects = await redis.xrange(EFFECTS_STREAM)
+    effects = await read_effects_async(redis)
     assert [f["outcome"] for _, f in effects] == ["frozen", "already_frozen"]
     assert {f["idempotency_key"] for _, f in effects} == {
         first.idempotency_key,
@@ -121,7 +127,7 @@ async def test_alerts_are_queued_and_listed_on_the_card(client, redis, auth, new
         )
         assert response.status == 201
         assert (await response.json())["outcome"] == "alert_queued"
-    queued = await redis.xrange(ALERTS_STREAM)
+    queued = await read_alerts_async(redis)
     assert [f["txn_id"] for _, f in queued] == ["txn-e0", "txn-e1", "txn-e2"]
     card = await (await client.get("/v1/cards/card-e", headers=auth())).json()
     assert card["status"] == "active"
@@ -149,7 +155,7 @@ async def test_alert_list_per_card_is_bounded(make_settings, redis, auth, new_ac
         card = await (await small.get("/v1/cards/card-f", headers=auth())).json()
     assert [a["txn_id"] for a in card["alerts"]] == ["txn-f2", "txn-f3"]
     assert card["alerts_total"] == 4
-    assert await redis.xlen(ALERTS_STREAM) == 4
+    assert await count_alerts_async(redis) == 4
 
 
 async def test_unknown_card_is_active_without_alerts(client, auth):
@@ -191,7 +197,7 @@ async def test_header_key_must_equal_body_key(client, redis, auth, new_action):
     )
     assert response.status == 422
     assert (await response.json())["field"] == "idempotency_key"
-    assert await redis.xlen(EFFECTS_STREAM) == 0
+    assert await count_effects_async(redis) == 0
 
 
 async def test_health_readiness_metrics_and_openapi(client, auth, new_action):

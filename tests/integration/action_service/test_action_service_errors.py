@@ -10,7 +10,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from app.action_service.app import create_app
-from app.action_service.redis_keys import EFFECTS_STREAM, card_key, idem_key
+from app.action_service.ledger import count_effects_async
+from app.action_service.redis_keys import action_keys, card_key, idem_key
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ async def test_missing_or_wrong_token_is_401_before_anything_else(client, redis,
         assert (await response.json())["field"] == "Authorization"
     for path in ("/v1/cards/card-1", f"/v1/actions/{act.idempotency_key}"):
         assert (await client.get(path)).status == 401
-    assert await redis.xlen(EFFECTS_STREAM) == 0
+    assert await count_effects_async(redis) == 0
 
 
 async def test_missing_idempotency_key_is_400(client, auth, new_action):
@@ -57,7 +58,7 @@ async def test_body_over_64_kib_is_413(client, redis, auth, new_action, chunked)
     response = await client.post("/v1/actions", data=data, headers=auth(act.idempotency_key))
     assert response.status == 413
     assert "error" in await response.json()
-    assert await redis.xlen(EFFECTS_STREAM) == 0
+    assert await count_effects_async(redis) == 0
 
 
 async def test_body_of_exactly_64_kib_is_read_and_judged(client, auth, new_action):
@@ -95,7 +96,7 @@ async def test_invalid_body_is_422_naming_the_field(client, redis, auth, new_act
     payload = await response.json()
     assert payload["field"] == field
     assert field in payload["error"]
-    assert await redis.xlen(EFFECTS_STREAM) == 0
+    assert await count_effects_async(redis) == 0
 
 
 @pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"null"])
@@ -116,7 +117,7 @@ async def test_decided_far_in_the_future_is_422_and_applies_nothing(
     )
     assert response.status == 422
     assert (await response.json())["field"] == "decided_at_ms"
-    assert await redis.exists(idem_key(act.idempotency_key)) == 0
+    assert await redis.exists(idem_key(act.idempotency_key, act.card_id)) == 0
 
 
 async def test_invalid_path_parameters_are_422_and_unknown_routes_404(client, auth):
@@ -159,15 +160,16 @@ async def test_redis_unreachable_is_503_with_retry_after(
 
 async def test_a_failing_script_writes_nothing(client, redis, auth, new_action):
     """Checks run before the first write: a refused script leaves no key and no effect."""
-    await redis.set(EFFECTS_STREAM, "not a stream")
     act = new_action("freeze_card", "txn-x", "card-x")
+    effects_shard = action_keys(act.idempotency_key, act.card_id)[3]  # card-x's ledger shard
+    await redis.set(effects_shard, "not a stream")
     response = await client.post(
         "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
     )
     assert response.status == 500
-    assert await redis.exists(idem_key(act.idempotency_key)) == 0
+    assert await redis.exists(idem_key(act.idempotency_key, act.card_id)) == 0
     assert await redis.exists(card_key("card-x")) == 0
-    await redis.delete(EFFECTS_STREAM)
+    await redis.delete(effects_shard)
     retried = await client.post(
         "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
     )
@@ -189,7 +191,7 @@ async def test_same_key_in_flight_in_this_process_is_409(client, redis, auth, ne
         in_flight.discard(act.idempotency_key)
     assert response.status == 409
     assert (await response.json())["field"] == "idempotency_key"
-    assert await redis.xlen(EFFECTS_STREAM) == 0
+    assert await count_effects_async(redis) == 0
     retried = await client.post(
         "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
     )

@@ -9,7 +9,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from app.action_service.app import create_app
-from app.action_service.redis_keys import EFFECTS_STREAM, idem_key
+from app.action_service.ledger import count_effects_async
+from app.action_service.redis_keys import idem_key
 
 pytestmark = pytest.mark.integration
 
@@ -42,15 +43,15 @@ async def test_key_expires_and_a_late_replay_is_410_not_a_second_effect(
     act = new_action("freeze_card", "txn-exp", "card-exp")
     headers = auth(act.idempotency_key)
     assert (await short.post("/v1/actions", data=act.to_json(), headers=headers)).status == 201
-    assert 0 < await redis.pttl(idem_key(act.idempotency_key)) <= TTL_S * 1000
+    assert 0 < await redis.pttl(idem_key(act.idempotency_key, act.card_id)) <= TTL_S * 1000
     assert (await short.post("/v1/actions", data=act.to_json(), headers=headers)).status == 200
 
-    await _wait_until_gone(redis, idem_key(act.idempotency_key))
+    await _wait_until_gone(redis, idem_key(act.idempotency_key, act.card_id))
     late = await short.post("/v1/actions", data=act.to_json(), headers=headers)
     assert late.status == 410
     assert (await late.json())["field"] == "decided_at_ms"
-    assert await redis.xlen(EFFECTS_STREAM) == 1
-    assert await redis.exists(idem_key(act.idempotency_key)) == 0
+    assert await count_effects_async(redis) == 1
+    assert await redis.exists(idem_key(act.idempotency_key, act.card_id)) == 0
     missing = await short.get(f"/v1/actions/{act.idempotency_key}", headers=auth())
     assert missing.status == 404
 
@@ -61,7 +62,7 @@ async def test_old_action_with_unknown_key_is_410(short, redis, auth, new_action
         "/v1/actions", data=old.to_json(), headers=auth(old.idempotency_key)
     )
     assert response.status == 410
-    assert await redis.xlen(EFFECTS_STREAM) == 0
+    assert await count_effects_async(redis) == 0
     assert "action_service_gone_total 1.0" in await (await short.get("/metrics")).text()
 
 
@@ -78,7 +79,7 @@ async def test_old_action_whose_key_still_exists_is_a_harmless_replay(
     replay = await short.post("/v1/actions", data=old.to_json(), headers=auth(old.idempotency_key))
     assert replay.status == 200
     assert replay.headers["Idempotent-Replayed"] == "true"
-    assert await redis.xlen(EFFECTS_STREAM) == 1
+    assert await count_effects_async(redis) == 1
 
 
 async def test_just_inside_the_window_is_applied(short, redis, auth, new_action):
@@ -87,4 +88,4 @@ async def test_just_inside_the_window_is_applied(short, redis, auth, new_action)
         "/v1/actions", data=recent.to_json(), headers=auth(recent.idempotency_key)
     )
     assert response.status == 201
-    assert await redis.xlen(EFFECTS_STREAM) == 1
+    assert await count_effects_async(redis) == 1

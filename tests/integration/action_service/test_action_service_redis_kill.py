@@ -20,7 +20,8 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from app.action_service.redis_keys import EFFECTS_STREAM, idem_key
+from app.action_service.ledger import count_effects_async, read_effects_async
+from app.action_service.redis_keys import idem_key
 from app.actions import Action, make_action
 from app.settings import load_settings, settings_environ
 from app.stack.redis import RedisNode
@@ -100,7 +101,7 @@ async def test_redis_sigkill_under_load_loses_and_repeats_nothing(tmp_path: Path
 
         async def chaos() -> None:
             async def applied() -> bool:
-                return await redis.xlen(EFFECTS_STREAM) >= KILL_AT
+                return await count_effects_async(redis) >= KILL_AT
 
             await _until(applied, 60, f"{KILL_AT} effects")
             pid = node.process.pid()
@@ -133,7 +134,7 @@ async def test_redis_sigkill_under_load_loses_and_repeats_nothing(tmp_path: Path
         print(f"answers {dict(statuses)}; keys applied while their answer was lost: {lost_answers}")
         assert set(statuses) <= {200, 201, 503}, statuses
         assert statuses[503] >= OUTAGE_503S
-        entries = await redis.xrange(EFFECTS_STREAM)
+        entries = await read_effects_async(redis)
         per_key = Counter(fields["idempotency_key"] for _, fields in entries)
         created = {key for key, per in answers.items() if 201 in per}
         for key, per in answers.items():
@@ -143,9 +144,10 @@ async def test_redis_sigkill_under_load_loses_and_repeats_nothing(tmp_path: Path
         assert created <= set(per_key)
         assert set(per_key.values()) == {1}
         assert set(per_key) == {a.idempotency_key for a in actions}
+        card_of = {a.idempotency_key: a.card_id for a in actions}
         pipe = redis.pipeline(transaction=False)
         for key in created:
-            pipe.exists(idem_key(key))
+            pipe.exists(idem_key(key, card_of[key]))
         assert all(await pipe.execute())
         # a key applied by a batch whose answer was lost is answered 200 on its retry
         assert statuses[201] + lost_answers == ACTIONS

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from app.action_service.redis_keys import EFFECTS_STREAM
+from app.action_service.ledger import count_effects_async, read_effects_async
 from app.actions.delivery import ActionDeliverer, Delivered
 from app.settings import load_settings
 
@@ -20,7 +20,7 @@ KILL_AT = (150, 350)  # effects-stream lengths at which the service is SIGKILLed
 
 async def _wait_for_effects(redis, count: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while await redis.xlen(EFFECTS_STREAM) < count:
+    while await count_effects_async(redis) < count:
         if time.monotonic() > deadline:
             raise AssertionError(f"fewer than {count} effects after {timeout_s} s")
         await asyncio.sleep(0.01)  # poll with a deadline
@@ -65,7 +65,7 @@ async def test_sigkill_and_restart_mid_stream_applies_every_action_once(
     assert all(isinstance(r, Delivered) for r in results), [
         r for r in results if not isinstance(r, Delivered)
     ]
-    entries = await redis.xrange(EFFECTS_STREAM)
+    entries = await read_effects_async(redis)
     per_key = Counter(fields["idempotency_key"] for _, fields in entries)
     assert len(entries) == ACTIONS
     assert set(per_key) == {a.idempotency_key for a in actions}

@@ -15,6 +15,7 @@ import orjson
 import pytest
 import redis
 
+from app.action_service.ledger import read_effects
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings, load_settings
 from app.stack.secure import CLIENT_USER, SecureStack
@@ -114,7 +115,7 @@ def test_pipeline_on_the_secure_profile(secure_stack: SecureStack, tmp_path: Pat
     live = live_actions(settings)
     admin = secure_stack.redis.admin_client()
     try:
-        ledger = [fields for _id, fields in admin.xrange("effects")]
+        ledger = [fields for _id, fields in read_effects(admin)]
     finally:
         admin.close()
     per_key = Counter(e["idempotency_key"] for e in ledger)

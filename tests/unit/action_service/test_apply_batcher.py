@@ -14,6 +14,7 @@ from redis.exceptions import NoScriptError
 
 from app.action_service.apply_script import (
     ApplyResult,
+    NotReplicatedError,
     ScriptActionError,
     ScriptLimits,
     apply_script_sha,
@@ -21,6 +22,7 @@ from app.action_service.apply_script import (
     parse_reply,
 )
 from app.action_service.batcher import ApplyBatcher
+from app.action_service.redis_keys import action_keys, claim_key
 from app.actions import Action, make_action
 
 LIMITS = ScriptLimits(ttl_ms=86_400_000, max_age_ms=82_800_000, margin_ms=3_600_000,
@@ -39,18 +41,18 @@ def _unpack(packed: bytes) -> list[str]:
     return reader.gets()  # a command is a RESP array of bulk strings
 
 
-def test_pack_call_lays_out_shared_then_per_action_keys_and_args():
+def test_pack_call_lays_out_six_keys_per_action_then_args():
     a, b = _action(1, "c-a"), _action(2, "c-b")
     cmd = _unpack(pack_call([a, b], LIMITS))
-    assert cmd[:3] == ["EVALSHA", apply_script_sha(), "9"]
-    keys, args = cmd[3:12], cmd[12:]
-    assert keys == ["effects", "alerts", "stats", f"idem:{a.idempotency_key}", "card:c-a",
-                    "card:c-a:alerts", f"idem:{b.idempotency_key}", "card:c-b", "card:c-b:alerts"]
-    assert args[:4] == ["86400000", "82800000", "3600000", "100"]
-    assert len(args) == 4 + 2 * 10
-    assert args[4] == a.idempotency_key and args[14] == b.idempotency_key
-    assert args[6:10] == ["freeze_card", "c-a", "txn-1", "1718000000000"]
-    assert args[13] == "freeze_card by model m-1 (score 0.9)"
+    assert cmd[:3] == ["EVALSHA", apply_script_sha(), "14"]
+    keys, args = cmd[3:17], cmd[17:]
+    assert keys == [*action_keys(a.idempotency_key, "c-a"), claim_key(a.idempotency_key),
+                    *action_keys(b.idempotency_key, "c-b"), claim_key(b.idempotency_key)]
+    assert args[:5] == ["86400000", "82800000", "3600000", "100", "90000000"]
+    assert len(args) == 5 + 2 * 10
+    assert args[5] == a.idempotency_key and args[15] == b.idempotency_key
+    assert args[7:11] == ["freeze_card", "c-a", "txn-1", "1718000000000"]
+    assert args[14] == "freeze_card by model m-1 (score 0.9)"
 
 
 def test_parse_reply_gives_one_result_per_action():
@@ -106,8 +108,10 @@ class FakeConnection:
                 self._wake.clear()
                 await self._wake.wait()
             cmd, on_reply = self._waiting.popleft()
+            if outcome == "auto" and cmd[0] == "WAIT":
+                outcome = int(cmd[1])  # every replica asked for acknowledges
             if outcome == "auto":
-                count = (int(cmd[2]) - 3) // 3
+                count = int(cmd[2]) // 7
                 reply = ["1718000000042"]
                 for i in range(count):
                     reply += ["created", "frozen", "1718000000042", f"1718000000042-{i}"]
@@ -121,7 +125,7 @@ class FakeConnection:
 
 
 def _batch_sizes(conn: FakeConnection) -> list[int]:
-    return [(int(c[2]) - 3) // 3 for c in conn.sent if c[0] == "EVALSHA"]
+    return [int(c[2]) // 7 for c in conn.sent if c[0] == "EVALSHA"]
 
 
 async def _settle() -> None:
@@ -183,6 +187,45 @@ async def test_noscript_loads_the_script_and_resends_once():
     assert (await pending).verdict == "created"
     assert [c[0] for c in conn.sent] == ["EVALSHA", "SCRIPT", "EVALSHA"]
     assert conn.sent[0] == conn.sent[2]
+    await batcher.close()
+
+
+async def test_wait_follows_the_script_on_its_connection_and_gates_the_answers():
+    conn = FakeConnection()
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10, wait_replicas=1,
+                           wait_timeout_ms=250)
+    acked = batcher.submit(_action(0))
+    await _settle()
+    conn.gate.put_nowait("auto")
+    conn.gate.put_nowait("auto")  # WAIT answers 1
+    assert (await acked).verdict == "created"
+    assert [c[0] for c in conn.sent] == ["EVALSHA", "WAIT"]
+    assert conn.sent[1] == ["WAIT", "1", "250"]
+    refused = [batcher.submit(_action(i)) for i in (1, 2)]
+    await _settle()
+    conn.gate.put_nowait(["1718000000042", "created", "frozen", "1718000000042", "1-0",
+                          "mismatch", "", "", ""])
+    conn.gate.put_nowait(0)  # no replica acknowledged within the timeout
+    with pytest.raises(NotReplicatedError, match="0 of 1"):
+        await refused[0]
+    assert (await refused[1]).verdict == "mismatch"  # nothing was written for it
+    await batcher.close()
+
+
+async def test_noscript_with_wait_skips_the_first_wait_reply():
+    conn = FakeConnection()
+    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10, wait_replicas=1,
+                           wait_timeout_ms=100)
+    pending = batcher.submit(_action(0))
+    await _settle()
+    conn.gate.put_nowait(NoScriptError("NOSCRIPT No matching script."))
+    conn.gate.put_nowait(1)  # the first WAIT: covers nothing, must not resolve the batch
+    conn.gate.put_nowait(apply_script_sha())
+    conn.gate.put_nowait("auto")
+    conn.gate.put_nowait(0)
+    with pytest.raises(NotReplicatedError):
+        await pending
+    assert [c[0] for c in conn.sent] == ["EVALSHA", "WAIT", "SCRIPT", "EVALSHA", "WAIT"]
     await batcher.close()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from app.settings import Settings, load_settings
-from app.stack.secure import SERVICE_REDIS_COMMANDS
+from app.stack.secure import SERVICE_REDIS_COMMANDS, SERVICE_REDIS_KEYS
 
 ROOT = Path(__file__).resolve().parents[3]
 SETTINGS_VARS = {f.metadata["env"] for f in dataclasses.fields(Settings)}
@@ -40,4 +40,6 @@ def test_redis_acl_matches_the_local_profile() -> None:
     command = " ".join(_compose()["services"]["redis"]["command"])
     for verb in SERVICE_REDIS_COMMANDS:
         assert f"+{verb.replace('|', chr(92) + '|')}" in command, verb
+    for pattern in SERVICE_REDIS_KEYS:
+        assert f'"~{pattern}"' in command, pattern
     assert "--user default off" in command and "--port 0" in command
