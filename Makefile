@@ -11,7 +11,7 @@ DEMO_ARGS ?= --keep
 STATE_DIR := $(or $(FRAUDSTREAM_STATE_DIR),.fraudstream)
 SETUP_LOG := $(STATE_DIR)/setup.log
 
-.PHONY: setup demo test test-fast test-unit test-fault stack-up stack-down bench lint clean
+.PHONY: setup demo test test-fast test-unit test-fault test-fault-cluster stack-up stack-down bench lint clean
 
 setup: $(VENV)/.installed
 
@@ -38,6 +38,21 @@ test-fast: setup
 
 test-fault: setup
 	$(PY) -m pytest -m fault $(PYTEST_ARGS)
+
+# The failover scenarios (marked `cluster`) on the cluster profile: three KRaft Kafka nodes and a
+# Redis Cluster on their own ports and state dir, brought up for the run and down after it, even
+# when a scenario fails. KAFKA_BOOTSTRAP/REDIS_URL are cleared: the profile's own services are used.
+CLUSTER_KAFKA_PORT ?= 29140
+CLUSTER_REDIS_PORT ?= 17140
+CLUSTER_STATE_DIR ?= $(STATE_DIR)/cluster
+CLUSTER_ENV = env -u KAFKA_BOOTSTRAP -u REDIS_URL FRAUDSTREAM_STACK_PROFILE=cluster \
+	FRAUDSTREAM_STATE_DIR=$(CLUSTER_STATE_DIR) FRAUDSTREAM_KAFKA_CLUSTER_PORT=$(CLUSTER_KAFKA_PORT) \
+	FRAUDSTREAM_REDIS_CLUSTER_PORT=$(CLUSTER_REDIS_PORT)
+
+test-fault-cluster: setup
+	@trap '$(CLUSTER_ENV) $(FS) stack down' EXIT; \
+	$(CLUSTER_ENV) $(FS) stack up && \
+	$(CLUSTER_ENV) $(PY) -m pytest -m "fault and cluster" $(PYTEST_ARGS)
 
 test-unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

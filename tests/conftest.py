@@ -22,8 +22,8 @@ def stack_settings() -> Iterator[Settings]:
     """
     from app.stack.manager import Stack
 
-    settings = load_settings()
-    stack = Stack(settings)
+    stack = Stack(load_settings())
+    settings = stack.settings  # the profile resolved (FRAUDSTREAM_STACK_PROFILE or remembered)
     report = stack.up()
     try:
         yield settings.replace(kafka_bootstrap=settings.effective_kafka_bootstrap,

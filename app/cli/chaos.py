@@ -48,11 +48,14 @@ def chaos(scenario: str | None, show: bool) -> None:
     from app.stack.manager import Stack
     from tests.support.topology import run_scenario
 
-    settings = load_settings()
-    Stack(settings).up()
-    settings = settings.replace(kafka_bootstrap=settings.effective_kafka_bootstrap,
-                                redis_url=settings.effective_redis_url)
     spec = scenarios[scenario]
+    stack = Stack(load_settings())
+    if spec.needs_cluster and stack.settings.profile != "cluster":
+        raise click.ClickException(f"{scenario} runs on the cluster profile: "
+                                   f"`fraudstream stack up --profile cluster` first")
+    stack.up()
+    settings = stack.settings.replace(kafka_bootstrap=stack.settings.effective_kafka_bootstrap,
+                                      redis_url=stack.settings.effective_redis_url)
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
         report = run_scenario(settings, Path(tmp), scenario, spec.fault, prepare=spec.prepare,
                               progress=True, **spec.params)

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
+from app.stack.kafka_cluster import KafkaCluster
 from app.stack.manager import Stack
 from app.stream import topics
 from app.stream.control import publish_activation
 from app.stream.inspect import group_lag, topic_sizes
+from tests.support.brokers import leader_load, partitions
 from tests.support.procs import free_port, wait_until
 from tests.support.proxy import FaultProxy
 from tests.support.topology import Topology
@@ -29,6 +35,8 @@ class Scenario:
     params: dict[str, Any] = field(default_factory=dict)
     prepare: Callable[[Topology], None] | None = None
     needs_local: str | None = None  # "kafka" / "redis": skipped when that service is external
+    #: runs only on the cluster profile (`make test-fault-cluster`); skipped on the single node
+    needs_cluster: bool = False
     kills: bool = False  # must show redelivered work after recovery
     about: str = ""  # one line for `fraudstream chaos --list`
 
@@ -134,6 +142,47 @@ def restart_kafka(topo: Topology) -> None:
     stack.kafka.wait_ready()
 
 
+def kill_busiest_kafka_leader(topo: Topology) -> None:
+    """Cluster profile: SIGKILL the broker leading the busiest partitions mid-stream.
+
+    Its partitions' leadership moves to in-sync replicas (RF 3, min.insync 2, acks=all, no
+    unclean election), the pipeline goes on on two brokers; the broker is started again
+    after 60 % of the log and must rejoin every ISR before the checks.
+    """
+    stack = Stack(topo.settings)
+    assert isinstance(stack.kafka, KafkaCluster), "needs the cluster profile's Kafka"
+    names = [topo.settings.topic(t) for t in topics.PIPELINE_TOPICS]
+    _at(topo, 0.3)
+    load, parts = leader_load(topo.settings, names)
+    victim = max(load, key=lambda broker: load[broker])
+    led = [p for p in parts if p.leader == victim]
+    assert all(len(p.isr) == 3 for p in parts), f"replicas out of sync before the kill: {parts}"
+    node = stack.kafka.node(victim)
+    pid = node.process.pid()
+    assert pid is not None, f"broker {victim} is not ours to kill"
+    topo.mark_fault()
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+
+    def moved() -> bool:
+        try:
+            now = partitions(topo.settings, names)
+        except KafkaError:
+            return False
+        return all(p.leader not in (victim, -1) for p in now)
+
+    wait_until(moved, timeout_s=60, interval_s=0.2, what=f"leadership to move off broker {victim}")
+    moved_s = time.monotonic() - killed_at
+    _at(topo, 0.6)
+    assert node.start()
+    node.wait_ready(timeout_s=90)
+    wait_until(lambda: all(len(p.isr) == 3 for p in partitions(topo.settings, names)),
+               timeout_s=120, interval_s=0.5, what=f"broker {victim} back in every ISR")
+    topo.extra = {"killed_broker": victim, "partitions_led": len(led),
+                  "messages_led": load[victim], "leaders_moved_s": round(moved_s, 1),
+                  "degraded_s": round(time.monotonic() - killed_at, 1)}
+
+
 def reread_under_new_group(topo: Topology) -> None:
     """After a clean run, new workers in a new group (and changelog) re-read from offset 0."""
     topo.join_replay()
@@ -197,6 +246,9 @@ SCENARIOS: dict[str, Scenario] = {
                               about="restart the local Redis (AOF) mid-stream"),
     "kafka-restart": Scenario(restart_kafka, needs_local="kafka",
                               about="restart the local Kafka broker mid-stream"),
+    "kafka-leader-kill": Scenario(kill_busiest_kafka_leader, needs_cluster=True,
+                                  about="cluster profile: SIGKILL the Kafka broker leading the "
+                                  "busiest partitions mid-stream; restart it at 60 %"),
     "reread-new-group": Scenario(reread_under_new_group, {"txns": 10_000},
                                  about="re-read the whole log under a new consumer group: "
                                  "no effect twice"),

@@ -17,11 +17,17 @@ pytestmark = [pytest.mark.fault, pytest.mark.slow]
 REPORT_NAME = "fault-report.txt"
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.cluster) if scenario.needs_cluster else name
+    for name, scenario in SCENARIOS.items()])
 def test_scenario(name: str, stack_settings: Settings, tmp_path: Path,
                   capsys: pytest.CaptureFixture[str]) -> None:
     scenario = SCENARIOS[name]
     stack = Stack(stack_settings)
+    if scenario.needs_cluster and not (stack.settings.profile == "cluster"
+                                       and stack.manages_kafka):
+        pytest.skip("runs on the cluster profile only (its own 3 KRaft brokers), which "
+                    "`make test-fault-cluster` brings up; this run is on the single node")
     if scenario.needs_local == "kafka" and not stack.manages_kafka:
         pytest.skip("Kafka is external: this scenario restarts the local broker")
     if scenario.needs_local == "redis" and not stack.manages_redis:
