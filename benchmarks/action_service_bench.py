@@ -15,7 +15,13 @@ round (req/s and p99), then their median over the rounds. A third run at concurr
 30 % replays of keys applied earlier and 5 % concurrent duplicates (the same new key sent on
 two connections at once).
 
+With `--layout cluster` (or `both`) it also starts a Redis Cluster of its own (3 masters with
+one replica each, ports 17020-17031, AOF always) and runs two services on it side by side,
+WAIT off (FRAUDSTREAM_REDIS_WAIT_REPLICAS=0) and on (=1), with the bare server in the same
+rounds: printed as ratios against bare and as the cost of WAIT (on / off, same round).
+
     python benchmarks/action_service_bench.py [--requests 4000] [--rounds 3]
+        [--layout single|cluster|both]
         [--py-spy OUT.txt]   # also profile the service during its first c=32 run (py-spy)
 """
 
@@ -46,6 +52,7 @@ from aiohttp import web  # noqa: E402
 from app.actions import Action, make_action  # noqa: E402
 from app.settings import load_settings, settings_environ  # noqa: E402
 from app.stack.redis import RedisNode  # noqa: E402
+from app.stack.redis_cluster import RedisCluster  # noqa: E402
 
 TOKEN = "bench-token"
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,7 +254,88 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=None,
                         help="FRAUDSTREAM_ACTION_APPLY_CONNECTIONS of the service (default: its own)")
     parser.add_argument("--py-spy", default=None, help="write a py-spy raw profile here")
+    parser.add_argument("--layout", choices=("single", "cluster", "both"), default="single",
+                        help="single Redis (bare vs service), Redis Cluster (WAIT on vs off), both")
+    parser.add_argument("--cluster-port", type=int, default=17020,
+                        help="first port of the benchmark's Redis Cluster (12 ports)")
     opts = parser.parse_args()
+    if opts.layout in ("single", "both"):
+        _single_layout(opts)
+    if opts.layout in ("cluster", "both"):
+        _cluster_layout(opts)
+
+
+def _cluster_layout(opts: argparse.Namespace) -> None:
+    """Bare, service WAIT off and service WAIT on, on one Redis Cluster, in the same rounds."""
+    tmp = Path(tempfile.mkdtemp(prefix="rc-bench-"))
+    cluster = RedisCluster(load_settings({}, redis_appendfsync="always"),
+                           base_port=opts.cluster_port, state_dir=tmp)
+    procs: list[subprocess.Popen[bytes]] = []
+    bare_port = _free_port()
+    bare = multiprocessing.get_context("spawn").Process(
+        target=_serve_bare, args=(bare_port,), daemon=True
+    )
+    try:
+        cluster.start()
+        ports, pids = {"bare": bare_port}, {}
+        for name, replicas in (("wait-off", 0), ("wait-on", 1)):
+            settings = load_settings({}, redis_url=cluster.seed_url, action_token=TOKEN,
+                                     redis_wait_replicas=replicas)
+            port = _free_port()
+            env = {**settings_environ(settings), "PYTHONPATH": str(ROOT)}
+            proc = subprocess.Popen(  # noqa: S603
+                [sys.executable, "-m", "app.cli.main", "action-service", "--port", str(port)],
+                env=env, cwd=ROOT)
+            procs.append(proc)
+            _wait_listening(port, lambda proc=proc: proc.poll() is None)
+            ports[name], pids[name] = port, proc.pid
+        bare.start()
+        _wait_listening(bare_port, bare.is_alive)
+        pids["bare"] = bare.pid
+        for name, port in ports.items():
+            asyncio.run(_load(port, [[_request(port, a)] for a in _actions(f"warm-{name}", 500)],
+                              8, 10))
+        names = list(ports)
+        print(f"cluster layout: 3 masters x 1 replica on {cluster.seed_url}")
+        summary: dict[int, list[tuple[float, float, float, float]]] = {}
+        for concurrency in (8, 32):
+            print(f"concurrency {concurrency} (new keys), {opts.requests} requests per run")
+            for rnd in range(opts.rounds):
+                order = names[rnd % 3:] + names[:rnd % 3]
+                runs: dict[str, Run] = {}
+                for name in order:
+                    # new keys for each server: both services write the same cluster
+                    acts = _actions(f"cl{concurrency}r{rnd}-{name}", opts.requests)
+                    jobs = [[_request(ports[name], a)] for a in acts]
+                    runs[name] = _measured(pids[name], lambda p=ports[name], j=jobs,
+                                           c=concurrency: asyncio.run(_load(
+                                               p, j, c, opts.max_seconds)))
+                for name in names:
+                    print(_line(name, runs[name]))
+                off, on, base = runs["wait-off"], runs["wait-on"], runs["bare"]
+                row = (off.rps / base.rps, on.rps / base.rps, on.rps / off.rps,
+                       on.pct(99) / off.pct(99))
+                summary.setdefault(concurrency, []).append(row)
+                print(f"  round {rnd}: req/s wait-off/bare {row[0]:.2f}x, wait-on/bare "
+                      f"{row[1]:.2f}x; WAIT cost on/off req/s {row[2]:.2f}x, p99 {row[3]:.2f}x")
+        print("cluster summary (median over rounds, same-round ratios)")
+        for concurrency, rows in summary.items():
+            med = [statistics.median(r[i] for r in rows) for i in range(4)]
+            print(f"  c={concurrency:<3d} wait-off/bare req/s {med[0]:.2f}x   wait-on/bare req/s "
+                  f"{med[1]:.2f}x   WAIT on/off req/s {med[2]:.2f}x   p99 {med[3]:.2f}x")
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
+        if bare.is_alive():
+            bare.terminate()
+            bare.join(timeout=20)
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _single_layout(opts: argparse.Namespace) -> None:
+    """Bare vs the service on one redis-server (the default run)."""
 
     tmp = Path(tempfile.mkdtemp(prefix="action-bench-"))
     node = RedisNode(

@@ -197,3 +197,26 @@ async def test_same_key_in_flight_in_this_process_is_409(client, redis, auth, ne
     )
     assert retried.status == 201
     await asyncio.sleep(0)
+
+
+async def test_wait_for_a_missing_replica_is_503_and_the_retry_replays(
+    make_settings, redis, auth, new_action
+):
+    """A single Redis has no replica: asking WAIT for one answers 503 (the script ran); the
+    retry of the same key, by a service that does not wait, is answered from the record."""
+    act = new_action("freeze_card", "txn-wait", "card-wait")
+    waiting = create_app(make_settings(redis_wait_replicas=1, redis_wait_timeout_ms=50))
+    async with TestClient(TestServer(waiting)) as strict:
+        response = await strict.post(
+            "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+        )
+        assert response.status == 503
+        assert response.headers["Retry-After"] == "1"
+        assert "0 of 1 required Redis replicas" in (await response.json())["error"]
+    async with TestClient(TestServer(create_app(make_settings()))) as relaxed:
+        retried = await relaxed.post(
+            "/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key)
+        )
+        assert retried.status == 200
+        assert retried.headers["Idempotent-Replayed"] == "true"
+    assert await count_effects_async(redis) == 1

@@ -95,3 +95,19 @@ def test_card_view_of_an_unknown_card():
         "alerts_total": 0,
         "alerts": [],
     }
+
+
+def test_wait_replicas_default_follows_the_url_form():
+    assert load_settings({}, redis_url="redis://h:1/0").effective_redis_wait_replicas == 0
+    assert load_settings({}, redis_url="redis+cluster://h:1").effective_redis_wait_replicas == 1
+    env = {"FRAUDSTREAM_REDIS_WAIT_REPLICAS": "2"}
+    assert load_settings(env, redis_url="redis+cluster://h:1").effective_redis_wait_replicas == 2
+    env = {"FRAUDSTREAM_REDIS_WAIT_REPLICAS": "0"}
+    assert load_settings(env, redis_url="redis+cluster://h:1").effective_redis_wait_replicas == 0
+
+
+def test_wait_timeout_must_be_below_the_redis_timeout():
+    settings = load_settings({}, redis_url="redis+cluster://h:1", redis_wait_timeout_ms=2000,
+                             action_redis_timeout_s=2.0, action_token="t")
+    with pytest.raises(ValueError, match="WAIT_TIMEOUT_MS"):
+        create_app(settings)
