@@ -12,10 +12,12 @@ exactly the writes of those calls. The masters of a phase are written to concurr
 
 redis-py's `RedisCluster` keeps the slot map (refreshed after any failure of a master's
 pipeline: a dead master, MOVED after a failover, READONLY from a demoted one, CLUSTERDOWN);
-the calls themselves go on plain per-master clients, because WAIT must follow the script on
-the same connection, which the cluster client's pipeline does not promise. A failed pipeline
-fails the actions of that master only (503); the script may have run, and a retry of the same
-key is answered from the record.
+the calls themselves go on one raw connection per master (`RawConnection`, opened like a
+redis-py client of that master, packed by hiredis), because WAIT must follow the script on the
+same connection, which the cluster client's pipeline does not promise. Lanes share a master's
+connection: replies come back in order, and a WAIT covering other lanes' writes too only
+waits for more. A failed call fails the actions of that master only (503); the script may
+have run, and a retry of the same key is answered from the record.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -47,6 +50,7 @@ from app.action_service.apply_script import (
     wait_command,
 )
 from app.action_service.batcher import BatchObserver
+from app.action_service.raw_connection import RawConnection
 from app.action_service.redis_keys import SHARD_KEYS, shard_of
 from app.actions.action import Action
 
@@ -111,6 +115,10 @@ class ClusterApplyBatcher:
         self._wait_timeout_ms = wait_timeout_ms
         self._pending: deque[_Pending] = deque()
         self._clients: dict[tuple[str, int], Redis] = {}
+        self._conns: dict[tuple[str, int], RawConnection] = {}
+        self._opening: dict[tuple[str, int], asyncio.Lock] = {}
+        self._wait = (hiredis.pack_command(wait_command(wait_replicas, wait_timeout_ms))
+                      if wait_replicas else b"")
         self._tasks: set[asyncio.Task[None]] = set()
         self._scheduled = False
         self._stale_map = False
@@ -215,16 +223,16 @@ class ClusterApplyBatcher:
 
     async def _on_master(self, address: tuple[str, int], groups: list[list[int]],
                          actions: list[Action], phase: _Phase, out: list[Any]) -> None:
-        """The groups' script calls and WAIT in one pipeline on `address`; NOSCRIPT (a fresh or
-        promoted node) loads the script and sends the groups that met it once more."""
-        client = self._client(address)
+        """The groups' script calls and WAIT written at once on `address`'s connection;
+        NOSCRIPT (a fresh or promoted node) loads the script and sends the groups that met
+        it once more, behind the SCRIPT LOAD."""
         todo = groups
+        preamble: tuple[bytes, ...] = ()
         for attempt in range(2):
-            calls = [[actions[i] for i in group] for group in todo]
+            calls = [phase.args([actions[i] for i in group], self._limits) for group in todo]
             try:
-                replies = await self._pipeline(client, [phase.args(c, self._limits)
-                                                        for c in calls])
-            except RedisError as exc:
+                replies = await self._pipeline(address, calls, preamble)
+            except RedisError as exc:  # the connection could not be opened
                 logger.warning("script call on a cluster master failed error=%s",
                                type(exc).__name__)
                 self._stale_map = True
@@ -243,22 +251,50 @@ class ClusterApplyBatcher:
                     out[i] = answer
             if not retry:
                 return
-            try:
-                await client.script_load(phase.source())
-            except RedisError as exc:
-                for group in retry:
-                    for i in group:
-                        out[i] = exc
-                return
             todo = retry
+            preamble = (hiredis.pack_command(("SCRIPT", "LOAD", phase.source())),)
 
-    async def _pipeline(self, client: Redis, calls: list[tuple[Any, ...]]) -> list[Any]:
-        async with client.pipeline(transaction=False) as pipe:
-            for call in calls:
-                pipe.execute_command(*call)
-            if self._wait_replicas:
-                pipe.execute_command(*wait_command(self._wait_replicas, self._wait_timeout_ms))
-            return await pipe.execute(raise_on_error=False)
+    async def _pipeline(self, address: tuple[str, int], calls: list[tuple[Any, ...]],
+                        preamble: tuple[bytes, ...]) -> list[Any]:
+        """Write `preamble`, `calls` and WAIT on the master's connection in one go; the replies
+        to `calls` (and WAIT's), each a value or the exception for it."""
+        conn = await self._connection(address)
+        commands = [*preamble, *(hiredis.pack_command(call) for call in calls)]
+        if self._wait:
+            commands.append(self._wait)
+        done: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        replies: list[Any] = [None] * len(commands)
+        left = [len(commands)]
+
+        def reply_to(i: int) -> Callable[[Any], None]:
+            def on_reply(reply: Any) -> None:
+                replies[i] = reply
+                left[0] -= 1
+                if not left[0] and not done.done():
+                    done.set_result(replies)
+            return on_reply
+
+        for i, command in enumerate(commands):
+            conn.send(command, reply_to(i))
+        return (await done)[len(preamble):]
+
+    async def _connection(self, address: tuple[str, int]) -> RawConnection:
+        """The master's raw connection (shared by the lanes: replies come back in order),
+        opened like a redis-py client of it (TLS, AUTH), once at a time."""
+        conn = self._conns.get(address)
+        if conn is None:
+            client = self._node_client(*address)
+            self._clients[address] = client
+            pool = client.connection_pool
+            kwargs = pool.connection_kwargs
+            conn = self._conns[address] = RawConnection(
+                lambda: pool.connection_class(**kwargs), kwargs.get("socket_timeout"))
+            self._opening[address] = asyncio.Lock()
+        if not conn.is_open():
+            async with self._opening[address]:
+                if not conn.is_open():
+                    await conn.open()
+        return conn
 
     def _answers(self, phase: _Phase, reply: Any, count: int, acked: Any) -> list[Any]:
         if isinstance(reply, BaseException):
@@ -290,12 +326,6 @@ class ClusterApplyBatcher:
                     self._stale_map = True
                     raise
 
-    def _client(self, address: tuple[str, int]) -> Redis:
-        client = self._clients.get(address)
-        if client is None:
-            client = self._clients[address] = self._node_client(*address)
-        return client
-
     async def close(self) -> None:
         """Let batches in flight finish, fail what is still queued, close the node clients."""
         self._closed = True
@@ -307,6 +337,9 @@ class ClusterApplyBatcher:
                 settled()
             if not future.done():
                 future.set_exception(RedisConnectionError("the action service is shutting down"))
+        for conn in self._conns.values():
+            await conn.disconnect()
         for client in self._clients.values():
             await client.aclose()
+        self._conns.clear()
         self._clients.clear()
