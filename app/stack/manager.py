@@ -18,7 +18,12 @@ import redis
 from app.settings import Settings
 from app.stack.kafka import KafkaNode, StackError
 from app.stack.kafka_cluster import KafkaCluster
-from app.stack.profile import forget_profile, profile_file, remember_profile, resolve_profile
+from app.stack.profile import (
+    forget_profile,
+    remember_profile,
+    remembered_profile,
+    resolve_profile,
+)
 from app.stack.redis import RedisNode
 from app.stack.redis_cluster import RedisCluster
 from app.stream.topics import TopicPlan, ensure_topics
@@ -117,8 +122,7 @@ class Stack:
         failures: dict[str, str] = {}
         seconds: dict[str, float] = {}
         t0 = time.monotonic()
-        if self.settings.profile != "single" or profile_file(self.settings).exists():
-            remember_profile(self.settings)  # `down` must find a half-started cluster too
+        self._remember()
 
         def attempt(name: str, step: Callable[[], object]) -> object:
             if name in failures:
@@ -165,6 +169,24 @@ class Stack:
         seconds["total"] = time.monotonic() - t0
         return UpReport(tuple(started), plan, seconds)
 
+    def running(self) -> bool:
+        """True when any node of this profile's services runs (by our pid files)."""
+        return any(n.process.pid() for n in (*self.kafka_nodes, *self.redis_nodes))
+
+    def _remember(self) -> None:
+        """Record this profile for `down`/`status`/`env` without a flag, before anything starts
+        (a half-started cluster must be found too). Another profile still running keeps the
+        record: both can run side by side, and the running one must not be forgotten."""
+        other = remembered_profile(self.settings)
+        if other is not None and other != self.settings.profile:
+            if Stack(self.settings.replace(stack_profile=other)).running():
+                log.warning("the %s profile still runs in %s: it stays the remembered one; "
+                            "name the %s profile explicitly for this one", other,
+                            self.settings.state_dir, self.settings.profile)
+                return
+        if self.settings.profile != "single" or other is not None:
+            remember_profile(self.settings)
+
     def _kafka_ports(self) -> list[int]:
         """Ports of our Kafka nodes that are not running (those must be free)."""
         return [p for n in self.kafka_nodes if n.process.pid() is None for p in n.ports]
@@ -197,7 +219,7 @@ class Stack:
             running = [n.process.name for n in self.redis_nodes if n.process.pid() is not None]
             if self.redis.stop():
                 stopped.extend(running)
-        if not any(n.process.pid() for n in (*self.kafka_nodes, *self.redis_nodes)):
+        if remembered_profile(self.settings) == self.settings.profile and not self.running():
             forget_profile(self.settings)
         return stopped
 

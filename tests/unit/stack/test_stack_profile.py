@@ -109,3 +109,35 @@ def test_cli_remembers_the_profile_for_env_status_and_down(clean_env: Path,
     assert down.exit_code == 0 and "nothing was running" in down.stdout
     # nothing of the cluster runs any more: the default is back
     assert "profile: single" in runner.invoke(cli, ["stack", "status"]).stdout
+
+
+def _pretend_running(pid_file: Path) -> None:
+    """A pid file naming this very process: `ManagedProcess.pid()` then reports it running."""
+    import os
+
+    from app.stack.process import _start_time
+
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+
+
+def test_a_running_cluster_stays_remembered_when_single_comes_up_beside_it(
+        clean_env: Path) -> None:
+    cluster = Stack(load_settings(stack_profile="cluster"))
+    remember_profile(cluster.settings)
+    _pretend_running(cluster.kafka_nodes[1].process.pid_file)
+    assert cluster.running()
+    single = Stack(load_settings(stack_profile="single"))
+    single._remember()  # what `up` does first
+    assert remembered_profile(load_settings()) == "cluster"
+    # stopping the single stack does not forget the cluster either
+    assert single.down() == []
+    assert remembered_profile(load_settings()) == "cluster"
+    cluster.kafka_nodes[1].process.pid_file.unlink()
+    single._remember()  # the cluster is gone: the newest profile is the one remembered
+    assert remembered_profile(load_settings()) == "single"
+
+
+def test_single_up_writes_no_profile_file_by_default(clean_env: Path) -> None:
+    Stack(load_settings())._remember()
+    assert not profile_file(load_settings()).exists()
