@@ -6,7 +6,8 @@
 -- KEYS: w per action i (i = 0..n-1; w = 7 with claims, else 6), see redis_keys.py:
 --       1+wi idem (hash)  2+wi card (hash)  3+wi card alerts (list)  4+wi the card's shard's
 --       effects (stream)  5+wi its alerts (stream)  6+wi its stats (hash of counters), all in
---       the card's shard; with claims, 7+wi the key's claim (hash, in the KEY's shard).
+--       the card's shard; with claims, 7+wi the key's claim (string "<fingerprint> <card_id>",
+--       in the KEY's shard).
 --       On a single Redis one call carries any mix of shards, claims included. On a cluster a
 --       call carries one card shard (one slot) and no claims: claim_batch.lua took them first.
 -- ARGV: 1 ttl_ms  2 max_age_ms (ttl - margin)  3 max_skew_ms (margin)  4 alerts kept per card
@@ -38,15 +39,16 @@ local function wrong_type(name, wanted)
   return nil
 end
 
--- A shard's streams are only ever appended to below, so one type check per shard and batch
--- holds for every action of it (a wrong one refuses each action that would write, before its
--- writes).
-local shard_bad = {}
-local function streams_bad(effects, alerts)
-  local bad = shard_bad[effects]
+-- A shard's alerts stream is only ever appended to below, so one type check per stream and
+-- batch holds for every alert of it (a wrong one refuses each alert, before its writes). The
+-- effects stream needs none: its XADD is an action's first write, so a wrong type refuses the
+-- action before anything is written.
+local alerts_checked = {}
+local function alerts_bad(alerts)
+  local bad = alerts_checked[alerts]
   if bad == nil then
-    bad = wrong_type(effects, 'stream') or wrong_type(alerts, 'stream') or false
-    shard_bad[effects] = bad
+    bad = wrong_type(alerts, 'stream') or false
+    alerts_checked[alerts] = bad
   end
   return bad
 end
@@ -62,9 +64,11 @@ local function apply_one(k, a)
 
   -- The claim catches the key reused with another card, whose record would be in another
   -- card shard (the key is derived from type and txn_id only, the fingerprint covers the card).
+  -- (GET refuses a claim of the wrong type with an error, before any write)
+  local owner_is = fingerprint .. ' ' .. card_id
   if claim then
-    local owner = redis.call('HGET', claim, 'fingerprint')
-    if owner and owner ~= fingerprint then
+    local owner = redis.call('GET', claim)
+    if owner and owner ~= owner_is then
       return 'mismatch', '', '', ''
     end
   end
@@ -96,27 +100,32 @@ local function apply_one(k, a)
   if action_type ~= 'freeze_card' and action_type ~= 'alert_customer' then
     return 'error', 'ERR unknown action type', '', ''
   end
-  local bad_streams = streams_bad(effects, alerts)
-  if bad_streams then return 'error', bad_streams, '', '' end
   if action_type == 'alert_customer' then
-    -- an alert writes the alerts stream first, then the card's list and hash: check both
-    -- (a freeze's first command on its card is HGET, which refuses a wrong type itself)
+    -- an alert writes the alerts stream, the card's list and hash: check all three (a
+    -- freeze's first command on its card is HGET, which refuses a wrong type itself)
+    local bad = alerts_bad(alerts)
+    if bad then return 'error', bad, '', '' end
     for _, pair in ipairs({{card, 'hash'}, {card_alerts, 'list'}}) do
-      local bad = wrong_type(pair[1], pair[2])
+      bad = wrong_type(pair[1], pair[2])
       if bad then return 'error', bad, '', '' end
     end
   end
 
-  local outcome
+  local outcome = 'alert_queued'
   if action_type == 'freeze_card' then
     if redis.call('HGET', card, 'status') == 'frozen' then
       outcome = 'already_frozen' -- the card stays as it is; the key still counts as applied
     else
-      redis.call('HSET', card, 'status', 'frozen', 'frozen_at_ms', now_ms, 'reason', reason,
-        'txn_id', txn_id, 'idempotency_key', key, 'score', score, 'model_version', model_version)
       outcome = 'frozen'
     end
-  else
+  end
+  -- the first write (see alerts_bad)
+  local effect_id = redis.call('XADD', effects, '*', 'type', action_type, 'idempotency_key', key,
+    'card_id', card_id, 'txn_id', txn_id, 'applied_at_ms', now_ms, 'outcome', outcome)
+  if outcome == 'frozen' then
+    redis.call('HSET', card, 'status', 'frozen', 'frozen_at_ms', now_ms, 'reason', reason,
+      'txn_id', txn_id, 'idempotency_key', key, 'score', score, 'model_version', model_version)
+  elseif outcome == 'alert_queued' then
     local alert_id = redis.call('XADD', alerts, '*', 'idempotency_key', key, 'card_id', card_id,
       'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score, 'model_version', model_version,
       'queued_at_ms', now_ms)
@@ -125,19 +134,14 @@ local function apply_one(k, a)
       queued_at_ms = now_ms}))
     redis.call('LTRIM', card_alerts, -alerts_kept, -1)
     redis.call('HINCRBY', card, 'alerts_total', 1)
-    outcome = 'alert_queued'
   end
-
-  local effect_id = redis.call('XADD', effects, '*', 'type', action_type, 'idempotency_key', key,
-    'card_id', card_id, 'txn_id', txn_id, 'applied_at_ms', now_ms, 'outcome', outcome)
   redis.call('HSET', idem, 'idempotency_key', key, 'fingerprint', fingerprint,
     'type', action_type, 'card_id', card_id, 'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score,
     'model_version', model_version, 'decided_at_ms', decided_at_ms, 'outcome', outcome,
     'applied_at_ms', now_ms, 'effect_id', effect_id)
   redis.call('PEXPIRE', idem, ttl_ms)
   if claim then
-    redis.call('HSET', claim, 'fingerprint', fingerprint, 'card_id', card_id)
-    redis.call('PEXPIRE', claim, claim_ttl)
+    redis.call('SET', claim, owner_is, 'PX', claim_ttl)
   end
   return 'created', outcome, now_ms, effect_id
 end

@@ -4,7 +4,7 @@
 -- key: the same key sent with another card is refused here, although its record would be in
 -- another card shard. A single Redis checks and writes claims inside apply_batch.lua instead.
 --
--- KEYS: one claim per action (hash), all in one key shard (one slot).
+-- KEYS: one claim per action (string "<fingerprint> <card_id>"), all in one key shard (a slot).
 -- ARGV: 1 claim ttl_ms  2 max_age_ms (ttl - margin)  3 max_skew_ms (margin), then three per
 --       action i: 4+3i fingerprint, card_id, decided_at_ms
 -- Returns {now_ms, then one verdict per action}: held (this fingerprint owns the key already:
@@ -21,18 +21,18 @@ for i = 1, #KEYS do
   local claim, fingerprint, card_id = KEYS[i], ARGV[1 + 3 * i], ARGV[2 + 3 * i]
   local decided = tonumber(ARGV[3 + 3 * i])
   local verdict
-  local ok, owner = pcall(redis.call, 'HGET', claim, 'fingerprint')
+  local owner_is = fingerprint .. ' ' .. card_id
+  local ok, owner = pcall(redis.call, 'GET', claim)
   if not ok then
     verdict = 'error'
   elseif owner then
-    if owner == fingerprint then verdict = 'held' else verdict = 'mismatch' end
+    if owner == owner_is then verdict = 'held' else verdict = 'mismatch' end
   elseif now - decided >= max_age then
     verdict = 'gone'
   elseif decided - now > max_skew then
     verdict = 'future'
   else
-    redis.call('HSET', claim, 'fingerprint', fingerprint, 'card_id', card_id)
-    redis.call('PEXPIRE', claim, claim_ttl)
+    redis.call('SET', claim, owner_is, 'PX', claim_ttl)
     verdict = 'claimed'
   end
   reply[#reply + 1] = verdict

@@ -73,7 +73,7 @@ class _Phase:
 
 def _parse_claims(reply: Any, count: int) -> list[Any]:
     now_ms, verdicts = parse_claims(reply, count)
-    return [ScriptActionError("claim refused: the key's claim is not a hash")
+    return [ScriptActionError("claim refused: the key's claim is not a string")
             if v == "error" else (now_ms, v) for v in verdicts]
 
 

@@ -12,7 +12,7 @@ one Redis Cluster slot and one Lua call can write them atomically on a cluster t
 
 and one key in the shard of the idempotency key itself (`crc32(key) % SHARDS`):
 
-    claim:{tag}:<idempotency_key>     hash, fingerprint and card_id of the action owning the key
+    claim:{tag}:<idempotency_key>     string "<fingerprint> <card_id>" of the action owning it
 
 The claim is what makes "same key, another card" a 422 although that card's record would be in
 another shard, and it tells GET /v1/actions/{key} which card shard holds the record (the key
@@ -65,7 +65,8 @@ def shard_of(name: str) -> int:
 
 
 def claim_key(key: str) -> str:
-    """Redis hash naming the action that owns an idempotency key, in the KEY's shard."""
+    """Redis string "<fingerprint> <card_id>" of the action that owns an idempotency key, in
+    the KEY's shard."""
     return f"claim:{{{SHARD_TAGS[shard_of(key)]}}}:{key}"
 
 

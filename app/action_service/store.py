@@ -116,9 +116,10 @@ class ActionStore:
         The key names no card: its claim (in the key's own shard) says which card, so which
         card shard, holds the record. Two reads, each in one slot.
         """
-        card_id = await self._redis.hget(claim_key(key), "card_id")
-        if card_id is None:
+        claim = await self._redis.get(claim_key(key))  # "<fingerprint> <card_id>"
+        if claim is None:
             return None
+        card_id = claim.split(" ", 1)[1]
         name = idem_key(key, card_id)
         async with self._redis.pipeline(transaction=not self._cluster) as pipe:
             pipe.hgetall(name)

@@ -32,10 +32,11 @@ CLIENT_USER: Final = "fraudstream"
 KAFKA_ADMIN_USER: Final = "admin"
 
 #: Exactly what the action service sends: the apply script (EVALSHA, SCRIPT LOAD on NOSCRIPT,
-#: and the commands it calls), the two read pipelines (MULTI/EXEC), PING for /readyz.
+#: and the commands it calls), WAIT behind it when replicas must acknowledge, the reads (GET of
+#: a key's claim, MULTI/EXEC pipelines), PING for /readyz.
 SERVICE_REDIS_COMMANDS: Final = (
     "ping", "evalsha", "eval", "script|load", "multi", "exec",
-    "hgetall", "pttl", "lrange", "wait",
+    "hgetall", "pttl", "lrange", "wait", "get", "set",
     "time", "type", "hmget", "hget", "hset", "hincrby", "xadd", "rpush", "ltrim", "pexpire",
 )
 #: Key patterns of every key the service writes (from the key layout: shard-tagged names).

@@ -23,6 +23,8 @@ from app.actions import Action, make_action
 from app.redis_url import node_url
 from app.settings import Settings, load_settings
 from app.stack.redis_cluster import RedisCluster
+from tests.support.pipeline import effects
+from tests.support.redisdb import flush_db, with_db
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +131,22 @@ async def test_merged_ledger_holds_every_key_once(client: TestClient, redis: Asy
     # the shards really spread over the three masters
     masters = {cluster.master_for_key(SHARD_KEYS[shard_of(a.card_id)][0]).port for a in actions}
     assert len(masters) == 3
+
+
+def test_test_support_reads_and_flushes_the_cluster(cluster: RedisCluster) -> None:
+    """The fault suite's helpers take a cluster URL: the merged ledger, then a flush of every
+    master."""
+    import redis
+
+    ledger = effects(cluster.seed_url)
+    assert len(ledger) >= 200 and all("idempotency_key" in e for e in ledger)
+    assert with_db(cluster.seed_url, 3) == cluster.seed_url
+    flush_db(cluster.seed_url)
+    for node in cluster.node_list():
+        if node.role == "master":
+            with redis.Redis(port=node.port) as client:
+                assert client.dbsize() == 0
+    assert effects(cluster.seed_url) == []
 
 
 def _card_on_another_master(cluster: RedisCluster, tag: str) -> tuple[Action, int]:

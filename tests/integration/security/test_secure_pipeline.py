@@ -175,8 +175,9 @@ def test_clients_without_credentials_are_refused(secure_stack: SecureStack) -> N
                           socket_timeout=3)
     try:
         assert service.ping()
-        for forbidden in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "GET", "*"), ("GET", "idem:x"),
-                          ("HGETALL", "other:x")):
+        # commands it never sends, and keys outside its patterns (GET/SET are the key claims')
+        for forbidden in (("FLUSHALL",), ("KEYS", "*"), ("CONFIG", "GET", "*"), ("DEL", "idem:x"),
+                          ("GET", "other:x"), ("SET", "other:x", "1"), ("HGETALL", "other:x")):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 service.execute_command(*forbidden)
     finally:
