@@ -8,14 +8,18 @@ import random
 import shutil
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 from aiokafka.errors import KafkaError
 
+from app.action_service.redis_keys import EFFECTS_STREAMS
 from app.stack.kafka_cluster import KafkaCluster
 from app.stack.manager import Stack
+from app.stack.redis_cluster import RedisCluster
 from app.stream import topics
 from app.stream.control import publish_activation
 from app.stream.inspect import group_lag, topic_sizes
@@ -183,6 +187,44 @@ def kill_busiest_kafka_leader(topo: Topology) -> None:
                   "degraded_s": round(time.monotonic() - killed_at, 1)}
 
 
+def kill_busiest_redis_master(topo: Topology) -> None:
+    """Cluster profile: SIGKILL the Redis master holding the most ledger entries mid-stream.
+
+    Its replica is promoted (cluster-node-timeout), and meanwhile the action service answers
+    its shards' actions 503, which the worker's deliverer retries. Every 201 waited for a
+    replica (WAIT), so no acknowledged effect goes with the dead master. The node is started
+    again at 60 % and must rejoin as a replica of its promoted one before the checks.
+    """
+    stack = Stack(topo.settings)
+    cluster = stack.redis
+    assert isinstance(cluster, RedisCluster), "needs the cluster profile's Redis Cluster"
+    _at(topo, 0.3)
+    load: Counter[int] = Counter()  # master port -> ledger entries it holds so far
+    for stream in EFFECTS_STREAMS:
+        master = cluster.master_for_key(stream)
+        with redis.Redis(host="127.0.0.1", port=master.port, socket_timeout=5) as client:
+            load[master.port] += int(client.xlen(stream))
+    victim = max(load, key=lambda port: load[port])
+    master = next(n for n in cluster.node_list() if n.port == victim)
+    assert cluster.replicas_of(master), f"master {victim} has no live replica to promote"
+    node = cluster.node(victim)
+    pid = node.process.pid()
+    assert pid is not None, f"redis node {victim} is not ours to kill"
+    topo.mark_fault()
+    killed_at = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    cluster.wait_ok(timeout_s=60, exclude=[victim])  # a replica serves its slots now
+    promoted_s = time.monotonic() - killed_at
+    _at(topo, 0.6)
+    assert node.start()
+    cluster.wait_ok(timeout_s=90)  # back, as a replica in sync with its promoted master
+    rejoined = next(n for n in cluster.node_list() if n.port == victim)
+    assert rejoined.role == "replica", f"redis node {victim} came back as {rejoined.role}"
+    topo.extra = {"killed_master": victim, "ledger_entries_held": load[victim],
+                  "replica_promoted_s": round(promoted_s, 1),
+                  "degraded_s": round(time.monotonic() - killed_at, 1)}
+
+
 def reread_under_new_group(topo: Topology) -> None:
     """After a clean run, new workers in a new group (and changelog) re-read from offset 0."""
     topo.join_replay()
@@ -249,6 +291,9 @@ SCENARIOS: dict[str, Scenario] = {
     "kafka-leader-kill": Scenario(kill_busiest_kafka_leader, needs_cluster=True,
                                   about="cluster profile: SIGKILL the Kafka broker leading the "
                                   "busiest partitions mid-stream; restart it at 60 %"),
+    "redis-master-kill": Scenario(kill_busiest_redis_master, needs_cluster=True,
+                                  about="cluster profile: SIGKILL the Redis master holding the "
+                                  "most ledger entries mid-stream; restart it at 60 %"),
     "reread-new-group": Scenario(reread_under_new_group, {"txns": 10_000},
                                  about="re-read the whole log under a new consumer group: "
                                  "no effect twice"),
