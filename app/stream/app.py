@@ -115,7 +115,9 @@ def create_app(
     clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
 
     if "dispatch" in agents:
-        add_dispatch_agent(app, settings, fraud.send)
+        activity = add_dispatch_agent(app, settings, fraud.send)
+        actions_topic = settings.topic(topics.ACTIONS)
+        watchdog.idle = lambda topic: topic == actions_topic and activity.idle()
     _add_metrics_page(app)
     _add_tasks_page(app)
     _add_loop_monitor(app)

@@ -7,6 +7,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import faust
 
@@ -71,8 +72,25 @@ async def _deliver_in_card_order(
     return [r for r in results if r is not None]
 
 
-def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> None:
-    """Register the `dispatch` agent on `app`; `send` produces OutRecords (FraudApp.send)."""
+class DispatchActivity:
+    """Whether the dispatch agent holds any action message: inside a batch, or queued for it.
+
+    The commit watchdog asks it (app.stream.watchdog): a partition read past its commit with
+    nothing acknowledged while the agent holds nothing has lost what was handed over.
+    """
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.queue: Any = None  # the agent's channel queue, once the agent runs
+
+    def idle(self) -> bool:
+        return not self.busy and (self.queue is None or self.queue.empty())
+
+
+def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> DispatchActivity:
+    """Register the `dispatch` agent on `app`; `send` produces OutRecords (FraudApp.send).
+    Returns the agent's activity (for the commit watchdog)."""
+    activity = DispatchActivity()
     source = app.topic(settings.topic(topics.ACTIONS), key_type=bytes, value_type=bytes,
                        key_serializer="raw", value_serializer="raw",
                        partitions=settings.topic_partitions, replicas=settings.replication)
@@ -82,15 +100,23 @@ def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> None
         async with ActionDeliverer(settings) as deliverer:
             # acked only once every action of the batch is delivered or dead-lettered
             stream.enable_acks = False  # never auto-acks (see the score agent)
+            activity.queue = stream.channel.queue
             async for events in stream.noack_take(settings.dispatch_concurrency * 4,
                                                   within=settings.max_wait_s):
-                batch = [SourceMessage(e.message.topic, e.message.partition, e.message.offset,
-                                       e.message.key, e.message.value) for e in events]
-                dlq = await dispatch_batch(deliverer, batch)
-                _observe_event_to_effect(events)
-                await send(dlq)  # type: ignore[operator]
-                for event in events:
-                    await stream.ack(event)
+                activity.busy = True
+                try:
+                    batch = [SourceMessage(e.message.topic, e.message.partition,
+                                           e.message.offset, e.message.key, e.message.value)
+                             for e in events]
+                    dlq = await dispatch_batch(deliverer, batch)
+                    _observe_event_to_effect(events)
+                    await send(dlq)  # type: ignore[operator]
+                    for event in events:
+                        await stream.ack(event)
+                finally:
+                    activity.busy = False
+
+    return activity
 
 
 def _observe_event_to_effect(events: Sequence[faust.types.EventT]) -> None:

@@ -7,13 +7,20 @@ whose acknowledged offsets start past its committed offset for longer than `stal
 rewinds it to the committed offset: everything from there is read again. That is safe by
 construction: card state recognises re-read transactions and re-emits exactly the same served
 rows and actions (same idempotency keys), which the action service absorbs.
+
+A partition can also lose everything after its commit that way: read past it, nothing
+acknowledged, and the agent consuming it holding nothing (between batches, its queue empty).
+Then no later acknowledgement shows the gap. With an `idle(topic)` probe the watchdog treats
+that state, held for `stall_s` at the same committed offset, as stuck too (seen once in a CI
+run of worker-dies-rocksdb: the dispatch agent idle, `actions` read 47 messages past a commit
+that never moved).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -22,22 +29,35 @@ log = logging.getLogger(__name__)
 class CommitWatchdog:
     """Rewinds a partition to its committed offset when its commit has been stuck too long."""
 
-    def __init__(self, topics: Iterable[str], *, stall_s: float) -> None:
+    def __init__(self, topics: Iterable[str], *, stall_s: float,
+                 idle: Callable[[str], bool] | None = None) -> None:
         self.topics = frozenset(topics)
         self.stall_s = stall_s
-        self._stuck_since: dict[Any, float] = {}
+        #: topic -> True when the agent consuming it holds no message (see the module)
+        self.idle = idle
+        self._stuck_since: dict[Any, tuple[int, float]] = {}
         self.repairs = 0
 
     def stuck(self, consumer: Any) -> list[tuple[Any, int]]:
-        """Partitions whose first acknowledged offset lies past the committed one, right now."""
+        """Partitions stuck right now: their first acknowledged offset lies past the committed
+        one, or (with an idle probe) they were read past it, nothing is acknowledged and their
+        agent holds nothing."""
         out = []
         for tp in consumer.assignment():
             if tp.topic not in self.topics:
                 continue
             committed = consumer._committed_offset.get(tp)
+            if committed is None:
+                continue
             acked = consumer._acked.get(tp)
-            if committed is not None and acked and min(acked) > committed:
-                out.append((tp, committed))
+            if acked:
+                if min(acked) > committed:
+                    out.append((tp, committed))
+            elif self.idle is not None:
+                read = consumer._read_offset.get(tp)
+                # strictly past: right after a seek Faust sets the read offset to the commit
+                if read is not None and read > committed and self.idle(tp.topic):
+                    out.append((tp, committed))
         return out
 
     async def check(self, consumer: Any, now: float | None = None) -> int:
@@ -50,7 +70,10 @@ class CommitWatchdog:
                 del self._stuck_since[tp]
         repaired = 0
         for tp, committed in stuck.items():
-            since = self._stuck_since.setdefault(tp, now)
+            at, since = self._stuck_since.get(tp, (committed, now))
+            if at != committed:  # the commit moved: a new stall, if any, starts now
+                since = now
+            self._stuck_since[tp] = (committed, since)
             if now - since < self.stall_s:
                 continue
             log.warning("%s: offset %d was read but never processed; re-reading from it",

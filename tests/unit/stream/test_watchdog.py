@@ -36,3 +36,33 @@ async def test_fills_in_the_log_start_of_a_partition_never_committed() -> None:
     assert consumer._committed_offset[A] == 0
     assert await dog.check(consumer, now=11.0) == 1  # 0..2 were never processed: re-read
     assert broker.seeks == [(A, 0)]
+
+
+async def test_rereads_a_partition_read_past_its_commit_while_its_agent_holds_nothing() -> None:
+    consumer, broker = real_consumer({A: 68})
+    consumer._read_offset[A] = 115  # handed over up to 115, nothing acknowledged
+    idle = {"transactions": False}
+    dog = CommitWatchdog(["transactions"], stall_s=10, idle=lambda topic: idle[topic])
+    assert await dog.check(consumer, now=0.0) == 0
+    assert await dog.check(consumer, now=20.0) == 0  # the agent is busy with it: not stuck
+    idle["transactions"] = True
+    assert await dog.check(consumer, now=21.0) == 0
+    assert await dog.check(consumer, now=30.0) == 0
+    assert await dog.check(consumer, now=31.5) == 1
+    assert broker.seeks == [(A, 68)]
+
+
+async def test_an_idle_partition_at_its_commit_or_a_moving_commit_is_not_stuck() -> None:
+    consumer, broker = real_consumer({A: 68})
+    consumer._read_offset[A] = 68  # what Faust sets after seeking to the commit
+    dog = CommitWatchdog(["transactions"], stall_s=10, idle=lambda topic: True)
+    assert await dog.check(consumer, now=0.0) == 0
+    assert await dog.check(consumer, now=50.0) == 0
+    consumer._read_offset[A] = 90
+    assert await dog.check(consumer, now=51.0) == 0
+    consumer._committed_offset[A] = 80  # progress: the stall starts again
+    assert await dog.check(consumer, now=60.0) == 0
+    assert await dog.check(consumer, now=69.0) == 0
+    assert await dog.check(consumer, now=70.5) == 1
+    assert broker.seeks == [(A, 80)]
+    assert await CommitWatchdog(["transactions"], stall_s=0).check(consumer, now=100) == 0
