@@ -8,6 +8,8 @@ from pathlib import Path
 
 #: A card id of the generated logs (`c` and 7 digits) standing alone: not inside a hex key.
 CARD_ID_RE = re.compile(r"(?<![0-9A-Za-z])c\d{7}(?![0-9A-Za-z])")
+#: A UUID (Kafka group member ids, ...): its first group can read like a card id (`c4417164-...`).
+UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def leaks(paths: Iterable[Path], secrets: Iterable[str], *,
@@ -18,7 +20,7 @@ def leaks(paths: Iterable[Path], secrets: Iterable[str], *,
     for path in paths:
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             hits = [f"secret #{i}" for i, s in enumerate(wanted) if s in line]
-            ids = set(CARD_ID_RE.findall(line))
+            ids = set(CARD_ID_RE.findall(UUID_RE.sub("", line)))
             if cards is not None:
                 ids &= cards
             hits += [f"card id {c}" for c in sorted(ids)]
