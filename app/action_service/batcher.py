@@ -89,6 +89,16 @@ class _Call:
         self.done = False
 
 
+def checked_wait(lanes: int, max_batch: int, wait_replicas: int, wait_timeout_ms: int) -> bytes:
+    """Check a batcher's limits; the packed WAIT written after each script call (b"": none)."""
+    if lanes < 1 or max_batch < 1:
+        raise ValueError(f"need lanes >= 1 and max_batch >= 1, got {lanes} and {max_batch}")
+    if wait_replicas < 0 or wait_timeout_ms < 0:
+        raise ValueError("wait_replicas and wait_timeout_ms must be >= 0")
+    return (hiredis.pack_command(wait_command(wait_replicas, wait_timeout_ms))
+            if wait_replicas else b"")
+
+
 class ApplyBatcher:
     """Queues actions and applies them in batches over `lanes` dedicated connections."""
 
@@ -103,15 +113,10 @@ class ApplyBatcher:
         wait_replicas: int = 0,
         wait_timeout_ms: int = 0,
     ) -> None:
-        if lanes < 1 or max_batch < 1:
-            raise ValueError(f"need lanes >= 1 and max_batch >= 1, got {lanes} and {max_batch}")
-        if wait_replicas < 0 or wait_timeout_ms < 0:
-            raise ValueError("wait_replicas and wait_timeout_ms must be >= 0")
+        self._wait = checked_wait(lanes, max_batch, wait_replicas, wait_timeout_ms)
         self._limits = limits
         self._wait_replicas = wait_replicas
         self._wait_timeout_ms = wait_timeout_ms
-        self._wait = (hiredis.pack_command(wait_command(wait_replicas, wait_timeout_ms))
-                      if wait_replicas else b"")
         self._max_batch = max_batch
         self._observer = observer
         self._pending: deque[_Pending] = deque()

@@ -47,9 +47,8 @@ from app.action_service.apply_script import (
     claim_script_source,
     parse_claims,
     parse_reply,
-    wait_command,
 )
-from app.action_service.batcher import BatchObserver
+from app.action_service.batcher import BatchObserver, checked_wait
 from app.action_service.raw_connection import RawConnection
 from app.action_service.redis_keys import SHARD_KEYS, shard_of
 from app.actions.action import Action
@@ -101,10 +100,7 @@ class ClusterApplyBatcher:
         wait_replicas: int = 0,
         wait_timeout_ms: int = 0,
     ) -> None:
-        if lanes < 1 or max_batch < 1:
-            raise ValueError(f"need lanes >= 1 and max_batch >= 1, got {lanes} and {max_batch}")
-        if wait_replicas < 0 or wait_timeout_ms < 0:
-            raise ValueError("wait_replicas and wait_timeout_ms must be >= 0")
+        self._wait = checked_wait(lanes, max_batch, wait_replicas, wait_timeout_ms)
         self._cluster = cluster
         self._node_client = node_client
         self._limits = limits
@@ -117,8 +113,6 @@ class ClusterApplyBatcher:
         self._clients: dict[tuple[str, int], Redis] = {}
         self._conns: dict[tuple[str, int], RawConnection] = {}
         self._opening: dict[tuple[str, int], asyncio.Lock] = {}
-        self._wait = (hiredis.pack_command(wait_command(wait_replicas, wait_timeout_ms))
-                      if wait_replicas else b"")
         self._tasks: set[asyncio.Task[None]] = set()
         self._scheduled = False
         self._stale_map = False

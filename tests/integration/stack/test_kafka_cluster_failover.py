@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,10 +18,12 @@ import pytest
 
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings, load_settings
-from app.stack.kafka_cluster import KafkaCluster, PartitionState, broker_ids, describe_partitions
+from app.stack.kafka_cluster import KafkaCluster, broker_ids
 from app.stack.manager import port_taken
 from app.stream import topics
 from app.stream.topics import ensure_topics
+from tests.support.brokers import partitions
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -49,20 +50,6 @@ def cluster() -> Iterator[KafkaCluster]:
     finally:
         kafka.stop()
         shutil.rmtree(state, ignore_errors=True)
-
-
-def _partitions(settings: Settings, topic: str) -> list[PartitionState]:
-    return asyncio.run(describe_partitions(settings, [topic]))
-
-
-def _wait_for(check, what: str, timeout_s: float = 30.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 async def _produce(settings: Settings, values: range) -> None:
@@ -103,11 +90,11 @@ def test_three_brokers_and_replicated_topics(cluster: KafkaCluster) -> None:
     settings = cluster.settings
     assert asyncio.run(broker_ids(cluster.bootstrap)) == [1, 2, 3]
     asyncio.run(ensure_topics(settings))
-    parts = _partitions(settings, settings.topic(topics.TRANSACTIONS))
+    parts = partitions(settings, [settings.topic(topics.TRANSACTIONS)])
     assert len(parts) == 3
     for p in parts:
         assert len(p.replicas) == 3 and set(p.isr) == {1, 2, 3}, p
-    control = _partitions(settings, settings.topic(topics.CONTROL))
+    control = partitions(settings, [settings.topic(topics.CONTROL)])
     assert len(control) == 1 and len(control[0].replicas) == 3
 
 
@@ -115,12 +102,12 @@ def test_leader_sigkilled_mid_produce_loses_nothing(cluster: KafkaCluster) -> No
     settings = cluster.settings
     asyncio.run(ensure_topics(settings))
     topic = settings.topic(topics.TRANSACTIONS)
-    _wait_for(lambda: all(len(p.isr) == 3 for p in _partitions(settings, topic)),
-              "every replica in sync before the kill")
+    wait_until(lambda: all(len(p.isr) == 3 for p in partitions(settings, [topic])),
+               timeout_s=30, interval_s=0.2, what="every replica in sync before the kill")
     half = MESSAGES // 2
     asyncio.run(_produce(settings, range(0, half)))
 
-    victim = _partitions(settings, topic)[0].leader
+    victim = partitions(settings, [topic])[0].leader
     node = cluster.node(victim)
     pid = node.process.pid()
     assert pid is not None, f"broker {victim} is not ours"
@@ -128,10 +115,10 @@ def test_leader_sigkilled_mid_produce_loses_nothing(cluster: KafkaCluster) -> No
     # produce straight on: the sends to the dead leader must be retried on the new one
     asyncio.run(_produce(settings, range(half, MESSAGES)))
 
-    moved = _wait_for(
+    moved = wait_until(
         lambda: (lambda ps: ps if all(p.leader not in (victim, -1) for p in ps) else None)(
-            _partitions(settings, topic)),
-        f"leadership to move off broker {victim}")
+            partitions(settings, [topic])),
+        timeout_s=30, interval_s=0.2, what=f"leadership to move off broker {victim}")
     for p in moved:
         assert victim not in p.isr and len(p.isr) == 2, p
 
@@ -142,5 +129,5 @@ def test_leader_sigkilled_mid_produce_loses_nothing(cluster: KafkaCluster) -> No
     # the killed broker comes back, catches up and rejoins every ISR
     assert node.start()
     node.wait_ready(timeout_s=60)
-    _wait_for(lambda: all(len(p.isr) == 3 for p in _partitions(settings, topic)),
-              f"broker {victim} back in every ISR", timeout_s=60)
+    wait_until(lambda: all(len(p.isr) == 3 for p in partitions(settings, [topic])),
+               timeout_s=60, interval_s=0.2, what=f"broker {victim} back in every ISR")
