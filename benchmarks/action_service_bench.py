@@ -324,12 +324,7 @@ def _cluster_layout(opts: argparse.Namespace) -> None:
             print(f"  c={concurrency:<3d} wait-off/bare req/s {med[0]:.2f}x   wait-on/bare req/s "
                   f"{med[1]:.2f}x   WAIT on/off req/s {med[2]:.2f}x   p99 {med[3]:.2f}x")
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=20)
-        if bare.is_alive():
-            bare.terminate()
-            bare.join(timeout=20)
+        _stop_servers(procs, bare)
         cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -449,14 +444,19 @@ def _single_layout(opts: argparse.Namespace) -> None:
             f"{evalsha.get('usec_per_call', float('nan')):.0f} us per call"
         )
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=20)
-        if bare.is_alive():
-            bare.terminate()
-            bare.join(timeout=20)
+        _stop_servers(procs, bare)
         node.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stop_servers(procs: list[subprocess.Popen[bytes]], bare: multiprocessing.Process) -> None:
+    """Stop the service processes and the bare server this run started (by their own handles)."""
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=20)
+    if bare.is_alive():
+        bare.terminate()
+        bare.join(timeout=20)
 
 
 if __name__ == "__main__":
