@@ -14,6 +14,7 @@ from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import Record, group_lag, read_topic, topic_sizes
+from app.stream.records import H_SOURCE_OFFSET, H_SOURCE_PARTITION
 from app.stream.topics import drop_topics
 from app.transactions.producer import replay_messages
 from tests.support.procs import Spawned, free_port, wait_until
@@ -75,6 +76,16 @@ def wait_drained(settings: Settings, workers: Sequence[Spawned], *, expected: in
 
 def read(settings: Settings, logical: str) -> list[Record]:
     return asyncio.run(read_topic(settings, settings.topic(logical), timeout_s=120.0))
+
+
+def dlq_sources(settings: Settings) -> set[tuple[str, str]]:
+    """The distinct source messages in transactions.dlq, as (partition, offset) headers.
+
+    Dead-lettering is at least once, like everything the worker writes: a batch read again after
+    a crash or a failed flush dead-letters its bad messages again, under the same source offset.
+    """
+    return {(r.headers[H_SOURCE_PARTITION], r.headers[H_SOURCE_OFFSET])
+            for r in read(settings, topics.TRANSACTIONS_DLQ)}
 
 
 def produce(settings: Settings, logical: str, records: Sequence[tuple[bytes | None, bytes]],

@@ -26,10 +26,16 @@ from app.security.redis import redis_connection_kwargs
 from app.settings import Settings
 from app.stream import topics
 from app.stream.inspect import group_lag, topic_sizes
-from app.stream.records import H_SOURCE_OFFSET, H_SOURCE_PARTITION
 from app.stream.topics import ensure_topics
 from app.transactions.producer import replay_messages
-from tests.support.pipeline import audit_served, drop_quietly, effects, oracle_for, read
+from tests.support.pipeline import (
+    audit_served,
+    dlq_sources,
+    drop_quietly,
+    effects,
+    oracle_for,
+    read,
+)
 from tests.support.procs import (
     Spawned,
     free_port,
@@ -232,8 +238,7 @@ class Topology:
             problems.append(f"{len(doubled)} keys have more than one effect")
         problems.extend(self._card_problems(run.actions))
         # a re-read after a crash may dead-letter a message twice: count distinct sources
-        dlq = {(r.headers[H_SOURCE_PARTITION], r.headers[H_SOURCE_OFFSET])
-               for r in read(self.settings, topics.TRANSACTIONS_DLQ)}
+        dlq = dlq_sources(self.settings)
         if len(dlq) != malformed:
             problems.append(f"transactions.dlq holds {len(dlq)} distinct messages, "
                             f"expected {malformed}")

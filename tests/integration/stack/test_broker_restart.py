@@ -14,7 +14,7 @@ from app.stack.manager import Stack
 from app.stream import topics
 from app.stream.inspect import _committed_offsets, admin_client, topic_sizes
 from app.transactions.producer import ReplayReport, replay_messages
-from tests.support.pipeline import lines_of, make_log, read, wait_drained
+from tests.support.pipeline import dlq_sources, lines_of, make_log, read, wait_drained
 from tests.support.procs import spawn_worker, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -62,9 +62,9 @@ def test_broker_restart_mid_replay(fresh_settings: Settings, tmp_path: Path) -> 
     finally:
         worker.stop()
     served = read(fresh_settings, topics.FEATURES_SERVED)
-    dlq = read(fresh_settings, topics.TRANSACTIONS_DLQ)
     late = read(fresh_settings, topics.TRANSACTIONS_LATE)
-    assert len(dlq) == log.counts.malformed
+    # every malformed line dead-lettered; a batch re-read after the restart may repeat some
+    assert len(dlq_sources(fresh_settings)) == log.counts.malformed
     # every valid transaction was served at least once (a restart may legitimately redeliver)
     served_ids = {orjson.loads(r.value)["txn_id"] for r in served}
     assert len(served_ids) + len(late) == log.counts.transactions
