@@ -94,6 +94,9 @@ class FraudConsumer(faust_aiokafka.Consumer):
             getattr(self.app, "fraudstream_chunk_topics", ()))
         self.chunks: asyncio.Queue[Chunk] = asyncio.Queue(maxsize=CHUNK_QUEUE_SIZE)
         self.seek_targets: dict[TP, tuple[int, int, float]] = {}
+        #: per partition, the offset after the newest record a fetch returned since the last
+        #: seek: how far the partition was read, whatever became of the records (the watchdog)
+        self.fetched_to: dict[TP, int] = {}
         self.rewinds = 0
         #: awaited on revoke before the commit: lets the engine finish what it has in flight
         self.settle: Callable[[], Awaitable[None]] | None = None
@@ -128,6 +131,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
             log.info("%s: rewind to %d dropped: a rebalance came first", tp, offset)
             return False
         self._read_offset[tp] = offset
+        self.fetched_to[tp] = offset
         metrics.REWINDS.labels(tp.topic, reason).inc()
         self.rewinds += 1
         log.info("%s: reading again from offset %d (%s)", tp, offset, reason)
@@ -168,6 +172,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     # --- correction 5: the log start of never-committed partitions -----------------------------
     async def perform_seek(self) -> None:
+        self.fetched_to.clear()  # every partition goes back to its commit
         await super().perform_seek()
         try:
             await self.fill_unknown_commits(self.chunk_topics)
@@ -212,7 +217,13 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     async def _wait_next_records(self, timeout: float) -> Any:  # noqa: ASYNC109
         records, active = await super()._wait_next_records(timeout)
-        if not records or active is None:
+        if not records:
+            return records, active
+        fetched_to = self.fetched_to
+        for tp, recs in records.items():
+            if recs:
+                fetched_to[tp] = recs[-1].offset + 1
+        if active is None:
             return records, active
         for tp in [tp for tp in records if tp not in active and tp not in self._buffered_partitions
                    and not self._is_changelog_tp(tp)]:  # table recovery positions its own
@@ -406,6 +417,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
             target = self.seek_targets.get(tp)
             partitions[_name(tp)] = {
                 "read": self._read_offset.get(tp),
+                "fetched_to": self.fetched_to.get(tp),
                 "committed": self._committed_offset.get(tp),
                 "acked_min": min(acked) if acked else None,
                 "acked": len(acked),

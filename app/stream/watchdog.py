@@ -8,12 +8,17 @@ rewinds it to the committed offset: everything from there is read again. That is
 construction: card state recognises re-read transactions and re-emits exactly the same served
 rows and actions (same idempotency keys), which the action service absorbs.
 
-A partition can also lose everything after its commit that way: read past it, nothing
-acknowledged, and the agent consuming it holding nothing (between batches, its queue empty).
-Then no later acknowledgement shows the gap. With an `idle(topic)` probe the watchdog treats
-that state, held for `stall_s` at the same committed offset, as stuck too (seen once in a CI
-run of worker-dies-rocksdb: the dispatch agent idle, `actions` read 47 messages past a commit
-that never moved).
+A partition can also lose everything after its commit that way: fetched or handed over past
+it, nothing acknowledged, and the agent consuming it holding nothing (between batches, its queue
+empty). Then no later acknowledgement shows the gap. With an `idle(topic)` probe the watchdog
+treats that state, held for `stall_s` at the same committed offset, as stuck too. Seen in CI
+runs of worker-dies and worker-dies-rocksdb after the surviving worker took over a dead one's
+partitions: the dispatch agent idle, `actions` read 47 messages past a commit that never moved;
+another time three `actions` partitions fetched 36-55 messages past their commits that never
+reached the agent (no read offset at all, so only the fetch position showed them).
+
+Nothing is counted while the consumer's flow is stopped (a rebalance): a stall starts again
+when it resumes.
 """
 
 from __future__ import annotations
@@ -40,9 +45,10 @@ class CommitWatchdog:
 
     def stuck(self, consumer: Any) -> list[tuple[Any, int]]:
         """Partitions stuck right now: their first acknowledged offset lies past the committed
-        one, or (with an idle probe) they were read past it, nothing is acknowledged and their
-        agent holds nothing."""
+        one, or (with an idle probe) they were fetched or read past it, nothing is acknowledged
+        and their agent holds nothing."""
         out = []
+        fetched_to = getattr(consumer, "fetched_to", {})
         for tp in consumer.assignment():
             if tp.topic not in self.topics:
                 continue
@@ -56,12 +62,17 @@ class CommitWatchdog:
             elif self.idle is not None:
                 read = consumer._read_offset.get(tp)
                 # strictly past: right after a seek Faust sets the read offset to the commit
-                if read is not None and read > committed and self.idle(tp.topic):
+                read_past = read is not None and read > committed
+                fetched_past = fetched_to.get(tp, committed) > committed
+                if (read_past or fetched_past) and self.idle(tp.topic):
                     out.append((tp, committed))
         return out
 
     async def check(self, consumer: Any, now: float | None = None) -> int:
         """Repair partitions stuck for longer than `stall_s`; returns how many were repaired."""
+        if not consumer.flow_active:  # a rebalance: nothing is being handed over
+            self._stuck_since.clear()
+            return 0
         await consumer.fill_unknown_commits(self.topics)
         now = time.monotonic() if now is None else now
         stuck = dict(self.stuck(consumer))

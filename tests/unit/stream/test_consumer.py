@@ -219,3 +219,26 @@ def test_a_fetch_is_split_into_chunk_topics_and_the_rest_for_active_partitions_o
     chunked, single = consumer._split(records, {A, other})
     assert (chunked, single) == ({A: ["a0", "a1"]}, {other: ["x0"]})  # B is paused
     assert ends == {A: 50, other: 50}
+
+
+async def test_how_far_each_partition_was_fetched_is_kept_until_a_seek() -> None:
+    consumer, _ = real_consumer({A: 10, B: 4})
+    consumer._active_partitions = {A, B}
+    fetches = [{A: [message(A, 10), message(A, 11)], B: []}, {A: [message(A, 12)]}]
+
+    async def getmany(_active, _timeout):
+        return fetches.pop(0)
+
+    async def seek_to_committed():
+        return {A: 10, B: 4}
+
+    consumer._thread.getmany = getmany
+    consumer._thread.seek_to_committed = seek_to_committed
+    await consumer._wait_next_records(1.0)
+    assert consumer.fetched_to == {A: 12}  # B returned nothing: not read past its commit
+    await consumer._wait_next_records(1.0)
+    assert consumer.fetched_to == {A: 13}
+    assert await consumer.rewind(A, 11, "test")
+    assert consumer.fetched_to == {A: 11}  # read again from there
+    await consumer.perform_seek()
+    assert consumer.fetched_to == {}  # back at the commits

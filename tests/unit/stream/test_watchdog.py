@@ -66,3 +66,34 @@ async def test_an_idle_partition_at_its_commit_or_a_moving_commit_is_not_stuck()
     assert await dog.check(consumer, now=70.5) == 1
     assert broker.seeks == [(A, 80)]
     assert await CommitWatchdog(["transactions"], stall_s=0).check(consumer, now=100) == 0
+
+
+async def test_rereads_a_partition_fetched_past_its_commit_that_its_agent_never_got() -> None:
+    # seen in CI: three `actions` partitions taken over from a dead worker, fetched 36-55
+    # messages past their commits, no read offset, nothing acknowledged, the agent idle
+    consumer, broker = real_consumer({A: 23})
+    consumer.fetched_to[A] = 78
+    assert consumer._read_offset.get(A) is None
+    dog = CommitWatchdog(["transactions"], stall_s=10, idle=lambda topic: True)
+    assert await dog.check(consumer, now=0.0) == 0
+    assert await dog.check(consumer, now=10.5) == 1
+    assert broker.seeks == [(A, 23)]
+    assert consumer.fetched_to[A] == 23  # the rewind: fetched up to the commit again
+    assert await dog.check(consumer, now=30.0) == 0
+
+
+async def test_a_partition_fetched_only_up_to_its_commit_or_during_a_rebalance_is_not_stuck() -> None:
+    consumer, broker = real_consumer({A: 23})
+    consumer.fetched_to[A] = 23  # everything fetched is committed
+    dog = CommitWatchdog(["transactions"], stall_s=10, idle=lambda topic: True)
+    assert await dog.check(consumer, now=0.0) == 0
+    assert await dog.check(consumer, now=50.0) == 0
+    consumer.fetched_to[A] = 40
+    assert await dog.check(consumer, now=51.0) == 0
+    consumer.flow_active = False  # a rebalance: the stall does not count
+    assert await dog.check(consumer, now=70.0) == 0
+    consumer.flow_active = True
+    assert await dog.check(consumer, now=71.0) == 0  # the stall starts again here
+    assert await dog.check(consumer, now=80.0) == 0
+    assert await dog.check(consumer, now=81.5) == 1
+    assert broker.seeks == [(A, 23)]
