@@ -94,9 +94,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
             getattr(self.app, "fraudstream_chunk_topics", ()))
         self.chunks: asyncio.Queue[Chunk] = asyncio.Queue(maxsize=CHUNK_QUEUE_SIZE)
         self.seek_targets: dict[TP, tuple[int, int, float]] = {}
-        #: per partition, the offset after the newest record a fetch returned since the last
-        #: seek: how far the partition was read, whatever became of the records (the watchdog)
-        self.fetched_to: dict[TP, int] = {}
         self.rewinds = 0
         #: awaited on revoke before the commit: lets the engine finish what it has in flight
         self.settle: Callable[[], Awaitable[None]] | None = None
@@ -131,7 +128,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
             log.info("%s: rewind to %d dropped: a rebalance came first", tp, offset)
             return False
         self._read_offset[tp] = offset
-        self.fetched_to[tp] = offset
         metrics.REWINDS.labels(tp.topic, reason).inc()
         self.rewinds += 1
         log.info("%s: reading again from offset %d (%s)", tp, offset, reason)
@@ -172,7 +168,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     # --- correction 5: the log start of never-committed partitions -----------------------------
     async def perform_seek(self) -> None:
-        self.fetched_to.clear()  # every partition goes back to its commit
         await super().perform_seek()
         try:
             await self.fill_unknown_commits(self.chunk_topics)
@@ -217,13 +212,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     async def _wait_next_records(self, timeout: float) -> Any:  # noqa: ASYNC109
         records, active = await super()._wait_next_records(timeout)
-        if not records:
-            return records, active
-        fetched_to = self.fetched_to
-        for tp, recs in records.items():
-            if recs:
-                fetched_to[tp] = recs[-1].offset + 1
-        if active is None:
+        if not records or active is None:
             return records, active
         for tp in [tp for tp in records if tp not in active and tp not in self._buffered_partitions
                    and not self._is_changelog_tp(tp)]:  # table recovery positions its own
@@ -407,6 +396,20 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 interrupted.add(tp)  # everything after it is fetched again
 
     # --- diagnostics ---------------------------------------------------------------------------
+    def fetch_positions(self) -> dict[TP, int]:
+        """aiokafka's fetch position of each assigned partition: the offset after the last record
+        its fetcher handed out, whatever became of that record (the commit watchdog's view of
+        how far a partition was read). Read from the consumer thread's state without a lock:
+        indicative only, empty when it cannot be read."""
+        inner = getattr(getattr(self, "_thread", None), "_consumer", None)
+        try:
+            assignment = inner._subscription.subscription.assignment  # type: ignore[union-attr]
+            states = list(assignment._tp_state.items())
+        except (AttributeError, RuntimeError):  # not started, or reassigned meanwhile
+            return {}
+        return {TP(tp.topic, tp.partition): state._position for tp, state in states
+                if state._position is not None}
+
     def state(self) -> dict[str, Any]:
         """Flow and per-partition bookkeeping, for diagnosing stalls (the /debug/consumer page).
         Read without locks: indicative only."""
@@ -417,7 +420,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
             target = self.seek_targets.get(tp)
             partitions[_name(tp)] = {
                 "read": self._read_offset.get(tp),
-                "fetched_to": self.fetched_to.get(tp),
                 "committed": self._committed_offset.get(tp),
                 "acked_min": min(acked) if acked else None,
                 "acked": len(acked),
@@ -439,12 +441,9 @@ class FraudConsumer(faust_aiokafka.Consumer):
         }
         inner = getattr(getattr(self, "_thread", None), "_consumer", None)
         if inner is not None:
-            subscription = inner._subscription.subscription
-            assignment = None if subscription is None else subscription.assignment
-            states = {} if assignment is None else assignment._tp_state
             state["kafka"] = {
                 "paused": _names(inner.paused()),
-                "positions": {_name(tp): s._position for tp, s in states.items()},
+                "positions": {_name(tp): pos for tp, pos in self.fetch_positions().items()},
                 "fetched": _names(getattr(inner._fetcher, "_records", {}).keys()),
             }
         return state

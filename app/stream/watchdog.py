@@ -15,7 +15,7 @@ treats that state, held for `stall_s` at the same committed offset, as stuck too
 runs of worker-dies and worker-dies-rocksdb after the surviving worker took over a dead one's
 partitions: the dispatch agent idle, `actions` read 47 messages past a commit that never moved;
 another time three `actions` partitions fetched 36-55 messages past their commits that never
-reached the agent (no read offset at all, so only the fetch position showed them).
+reached the agent (no read offset at all: only aiokafka's fetch position showed them).
 
 Nothing is counted while the consumer's flow is stopped (a rebalance): a stall starts again
 when it resumes.
@@ -48,7 +48,7 @@ class CommitWatchdog:
         one, or (with an idle probe) they were fetched or read past it, nothing is acknowledged
         and their agent holds nothing."""
         out = []
-        fetched_to = getattr(consumer, "fetched_to", {})
+        positions = consumer.fetch_positions() if self.idle is not None else {}
         for tp in consumer.assignment():
             if tp.topic not in self.topics:
                 continue
@@ -63,7 +63,7 @@ class CommitWatchdog:
                 read = consumer._read_offset.get(tp)
                 # strictly past: right after a seek Faust sets the read offset to the commit
                 read_past = read is not None and read > committed
-                fetched_past = fetched_to.get(tp, committed) > committed
+                fetched_past = positions.get(tp, committed) > committed
                 if (read_past or fetched_past) and self.idle(tp.topic):
                     out.append((tp, committed))
         return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 from faust.types import TP
@@ -221,24 +222,13 @@ def test_a_fetch_is_split_into_chunk_topics_and_the_rest_for_active_partitions_o
     assert ends == {A: 50, other: 50}
 
 
-async def test_how_far_each_partition_was_fetched_is_kept_until_a_seek() -> None:
-    consumer, _ = real_consumer({A: 10, B: 4})
-    consumer._active_partitions = {A, B}
-    fetches = [{A: [message(A, 10), message(A, 11)], B: []}, {A: [message(A, 12)]}]
 
-    async def getmany(_active, _timeout):
-        return fetches.pop(0)
-
-    async def seek_to_committed():
-        return {A: 10, B: 4}
-
-    consumer._thread.getmany = getmany
-    consumer._thread.seek_to_committed = seek_to_committed
-    await consumer._wait_next_records(1.0)
-    assert consumer.fetched_to == {A: 12}  # B returned nothing: not read past its commit
-    await consumer._wait_next_records(1.0)
-    assert consumer.fetched_to == {A: 13}
-    assert await consumer.rewind(A, 11, "test")
-    assert consumer.fetched_to == {A: 11}  # read again from there
-    await consumer.perform_seek()
-    assert consumer.fetched_to == {}  # back at the commits
+def test_fetch_positions_are_read_from_the_kafka_consumer_state() -> None:
+    consumer, _ = real_consumer({A: 10})
+    assert consumer.fetch_positions() == {}  # not started: nothing to read
+    state = SimpleNamespace(_position=78)
+    unpositioned = SimpleNamespace(_position=None)
+    assignment = SimpleNamespace(_tp_state={A: state, B: unpositioned})
+    consumer._thread._consumer = SimpleNamespace(
+        _subscription=SimpleNamespace(subscription=SimpleNamespace(assignment=assignment)))
+    assert consumer.fetch_positions() == {A: 78}

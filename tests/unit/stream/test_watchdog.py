@@ -72,23 +72,25 @@ async def test_rereads_a_partition_fetched_past_its_commit_that_its_agent_never_
     # seen in CI: three `actions` partitions taken over from a dead worker, fetched 36-55
     # messages past their commits, no read offset, nothing acknowledged, the agent idle
     consumer, broker = real_consumer({A: 23})
-    consumer.fetched_to[A] = 78
+    positions = {A: 78}  # aiokafka's fetch position
+    consumer.fetch_positions = lambda: positions
     assert consumer._read_offset.get(A) is None
     dog = CommitWatchdog(["transactions"], stall_s=10, idle=lambda topic: True)
     assert await dog.check(consumer, now=0.0) == 0
     assert await dog.check(consumer, now=10.5) == 1
     assert broker.seeks == [(A, 23)]
-    assert consumer.fetched_to[A] == 23  # the rewind: fetched up to the commit again
+    positions[A] = 23  # what the seek does
     assert await dog.check(consumer, now=30.0) == 0
 
 
 async def test_a_partition_fetched_only_up_to_its_commit_or_during_a_rebalance_is_not_stuck() -> None:
     consumer, broker = real_consumer({A: 23})
-    consumer.fetched_to[A] = 23  # everything fetched is committed
+    positions = {A: 23}  # everything fetched is committed
+    consumer.fetch_positions = lambda: positions
     dog = CommitWatchdog(["transactions"], stall_s=10, idle=lambda topic: True)
     assert await dog.check(consumer, now=0.0) == 0
     assert await dog.check(consumer, now=50.0) == 0
-    consumer.fetched_to[A] = 40
+    positions[A] = 40
     assert await dog.check(consumer, now=51.0) == 0
     consumer.flow_active = False  # a rebalance: the stall does not count
     assert await dog.check(consumer, now=70.0) == 0
