@@ -194,8 +194,9 @@ class Settings:
     )
     producer_linger_ms: float = _env(
         "FRAUDSTREAM_PRODUCER_LINGER_MS",
-        "How long the worker's producer lets record batches gather into one produce request.",
-        1.0,
+        "How long the worker's producer lets record batches gather into one produce request "
+        "(0: send as soon as the connection is free; each batch is one record batch already).",
+        0.0,
     )
     max_wait_s: float = _env(
         "FRAUDSTREAM_MAX_WAIT_S",

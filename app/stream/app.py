@@ -171,6 +171,10 @@ def create_app(
     @app.task
     async def score() -> None:  # pragma: no cover - exercised end to end
         app.consumer.settle = engine.settle  # a revoke commits what the engine finished
+        try:
+            await sink.warm([card_state.changelog_topic.get_topic_name()])
+        except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
+            log.warning("output topics' metadata not fetched ahead (%r)", exc)
         await engine.run()
 
     return fraud

@@ -47,6 +47,14 @@ class BatchSink:
             count = self._partitions[topic] = len(await producer.partitions_for(topic))
         return count
 
+    async def warm(self, extra: Iterable[str] = ()) -> None:
+        """Learn every output topic's partitions before the first batch: the producer fetches a
+        topic's metadata on its first record otherwise, and that waits out aiokafka's 100 ms
+        metadata backoff inside the batch that first emits an action or a dead letter."""
+        producer = self._producer()
+        for topic in (*self._names.values(), *extra):
+            await self._partition_count(producer, topic)
+
     async def send(self, records: Iterable[OutRecord]) -> list[asyncio.Future[Any]]:
         """Route records by key to partitions and send them; nothing is awaited but queueing."""
         producer = self._producer()
