@@ -89,6 +89,8 @@ Median ratio worker / raw: **{statistics.median(ratios):.3f}** (min {ratios[0]:.
 
 ## Latency at {load:.0%} load ({rate:,.0f} events/s)
 
+Measured after 2 s of warm-up input, replayed and handled first (the per-hop histograms include it).
+
 | path | p50 ms | p99 ms | max ms | records |
 |---|---|---|---|---|
 {lat}
