@@ -48,9 +48,8 @@ class BatchSink:
         return count
 
     async def warm(self, extra: Iterable[str] = ()) -> None:
-        """Learn every output topic's partitions before the first batch: the producer fetches a
-        topic's metadata on its first record otherwise, and that waits out aiokafka's 100 ms
-        metadata backoff inside the batch that first emits an action or a dead letter."""
+        """Learn every output topic's partitions before the first batch, so that no batch (the
+        first to emit an action or a dead letter, say) waits on a metadata lookup."""
         producer = self._producer()
         for topic in (*self._names.values(), *extra):
             await self._partition_count(producer, topic)

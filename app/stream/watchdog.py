@@ -8,8 +8,8 @@ rewinds it to the committed offset: everything from there is read again. That is
 construction: card state recognises re-read transactions and re-emits exactly the same served
 rows and actions (same idempotency keys), which the action service absorbs.
 
-A partition can also lose everything after its commit that way: fetched or handed over past
-it, nothing acknowledged, and the agent consuming it holding nothing (between batches, its queue
+A partition can also lose everything after its commit that way: fetched past it (aiokafka's
+fetch position, which every hand-over moves), nothing acknowledged, and the agent consuming it holding nothing (between batches, its queue
 empty). Then no later acknowledgement shows the gap. With an `idle(topic)` probe the watchdog
 treats that state, held for `stall_s` at the same committed offset, as stuck too. Seen in CI
 runs of worker-dies and worker-dies-rocksdb after the surviving worker took over a dead one's
@@ -45,8 +45,8 @@ class CommitWatchdog:
 
     def stuck(self, consumer: Any) -> list[tuple[Any, int]]:
         """Partitions stuck right now: their first acknowledged offset lies past the committed
-        one, or (with an idle probe) they were fetched or read past it, nothing is acknowledged
-        and their agent holds nothing."""
+        one, or (with an idle probe) aiokafka handed out records past it (its fetch position),
+        nothing is acknowledged and their agent holds nothing."""
         out = []
         positions = consumer.fetch_positions() if self.idle is not None else {}
         for tp in consumer.assignment():
@@ -59,13 +59,9 @@ class CommitWatchdog:
             if acked:
                 if min(acked) > committed:
                     out.append((tp, committed))
-            elif self.idle is not None:
-                read = consumer._read_offset.get(tp)
-                # strictly past: right after a seek Faust sets the read offset to the commit
-                read_past = read is not None and read > committed
-                fetched_past = positions.get(tp, committed) > committed
-                if (read_past or fetched_past) and self.idle(tp.topic):
-                    out.append((tp, committed))
+            elif (self.idle is not None and positions.get(tp, committed) > committed
+                  and self.idle(tp.topic)):
+                out.append((tp, committed))
         return out
 
     async def check(self, consumer: Any, now: float | None = None) -> int:
