@@ -68,23 +68,30 @@ class BatchSink:
     async def send_to(self, grouped: Mapping[tuple[str, int], Sequence[Entry]]
                       ) -> list[asyncio.Future[Any]]:
         """Send entries to the given (topic, partition)s, a record batch per partition."""
-        producer = self._producer()
-        futures: list[asyncio.Future[Any]] = []
-        for (topic, partition), entries in grouped.items():
-            batch = producer.create_batch()
-            filled = 0
-            for key, value, headers in entries:
+        return [future for future, _ in await send_grouped(self._producer(), grouped)]
+
+
+async def send_grouped(producer: Any, grouped: Mapping[tuple[str, int], Sequence[Entry]]
+                       ) -> list[tuple[asyncio.Future[Any], int]]:
+    """Send entries to the given (topic, partition)s through `producer`'s batch API, a record
+    batch per partition (more where one fills up), in order; each delivery future comes with
+    the number of records it carries."""
+    sent: list[tuple[asyncio.Future[Any], int]] = []
+    for (topic, partition), entries in grouped.items():
+        batch = producer.create_batch()
+        filled = 0
+        for key, value, headers in entries:
+            if batch.append(key=key, value=value, timestamp=None,
+                            headers=list(headers)) is None:
+                if not filled:
+                    raise ValueError(f"a record for {topic} does not fit in a produce batch")
+                sent.append((await producer.send_batch(batch, topic, partition=partition), filled))
+                batch = producer.create_batch()
+                filled = 0
                 if batch.append(key=key, value=value, timestamp=None,
                                 headers=list(headers)) is None:
-                    if not filled:
-                        raise ValueError(f"a record for {topic} does not fit in a produce batch")
-                    futures.append(await producer.send_batch(batch, topic, partition=partition))
-                    batch = producer.create_batch()
-                    filled = 0
-                    if batch.append(key=key, value=value, timestamp=None,
-                                    headers=list(headers)) is None:
-                        raise ValueError(f"a record for {topic} does not fit in a produce batch")
-                filled += 1
-            if filled:
-                futures.append(await producer.send_batch(batch, topic, partition=partition))
-        return futures
+                    raise ValueError(f"a record for {topic} does not fit in a produce batch")
+            filled += 1
+        if filled:
+            sent.append((await producer.send_batch(batch, topic, partition=partition), filled))
+    return sent
