@@ -139,9 +139,10 @@ class RedisCluster:
                  self.replicas, self.base_port)
 
     def wait_ok(self, timeout_s: float = 30.0, *, exclude: Sequence[int] = ()) -> None:
-        """Block until every running node (not in `exclude`) reports `cluster_state:ok`, all
-        slots are served, there are `masters` masters, and every replica's link to its master
-        is up (so WAIT can be acknowledged at once)."""
+        """Block until every running node (not in `exclude`) reports `cluster_state:ok` and is
+        seen as a master with slots or a replica (not flagged as failed), all slots are served,
+        there are `masters` masters, and every replica's link to its master is up (so WAIT can
+        be acknowledged at once)."""
         deadline = time.monotonic() + timeout_s
         last = "no answer yet"
         while time.monotonic() < deadline:
@@ -163,6 +164,15 @@ class RedisCluster:
             if info.get("cluster_state") != "ok":
                 return f"node {node.port}: cluster_state={info.get('cluster_state')}"
         view = self.node_list()
+        for node in view:
+            # a restarted master is back once gossip has made it its successor's replica: until
+            # then the others flag it as failed, or see a master without slots
+            if node.pid is None or node.port in exclude:
+                continue
+            if node.role == "down":
+                return f"node {node.port}: running, still flagged as failed"
+            if node.role == "master" and not node.slots:
+                return f"node {node.port}: a master without slots, not yet a replica"
         masters = [n for n in view if n.role == "master" and n.slots]
         if len(masters) != self.masters:
             return f"{len(masters)} masters serve slots, want {self.masters}"

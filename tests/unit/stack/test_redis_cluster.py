@@ -73,3 +73,41 @@ def test_cluster_nodes_parsed_with_roles_slots_and_our_pids(
     assert cluster.master_for_slot(16383).port == 17002
     assert cluster.master_for_key("x").port == cluster.master_for_slot(key_slot(b"x")).port
     assert [r.port for r in cluster.replicas_of(by_port[17002])] == [17003]
+
+
+def test_a_restarted_master_is_not_ready_until_it_is_a_replica(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 17005 runs again (pid 15), a master killed earlier; gossip has not yet made it a
+    # replica of the node that took its slots: the view says master,fail
+    pids = {17000: 10, 17001: 11, 17002: 12, 17003: 13, 17004: 14, 17005: 15}
+    nodes = [RedisCluster._parse_line(line, pids) for line in NODES.splitlines()]
+    cluster = _cluster(tmp_path)
+    monkeypatch.setattr(cluster, "_info", lambda port: {"cluster_state": "ok"})
+    monkeypatch.setattr(cluster, "node_list", lambda: nodes)
+    monkeypatch.setattr(cluster, "_client", lambda port: _LinkUp())
+    assert cluster._not_ready(()) == "node 17005: running, still flagged as failed"
+    # left out (the node being killed): the rest is judged as before, and is ready
+    assert cluster._not_ready([17005]) == ""
+    # the failure flag cleared, but it is a master that lost its slots: not a replica yet
+    slotless = RedisCluster._parse_line("9cb1 127.0.0.1:17005@17011 master - 0 1 2 connected",
+                                        pids)
+    nodes[3] = slotless
+    assert cluster._not_ready(()) == "node 17005: a master without slots, not yet a replica"
+    nodes[3] = RedisCluster._parse_line(
+        "9cb1 127.0.0.1:17005@17011 slave 2d48 0 1 2 connected", pids)
+    assert cluster._not_ready(()) == ""
+
+
+class _LinkUp:
+    """A replica's client whose link to its master is up."""
+
+    def __enter__(self) -> _LinkUp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def info(self, section: str) -> dict[str, str]:
+        assert section == "replication"
+        return {"master_link_status": "up"}
