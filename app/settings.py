@@ -192,6 +192,12 @@ class Settings:
         "Batches a worker may have sent but not yet made durable (pipelined checkpoint).",
         4,
     )
+    state_interval_ms: int = _env(
+        "FRAUDSTREAM_STATE_INTERVAL_MS",
+        "Under lag, how often a worker writes the card state its batches changed (one changelog "
+        "record per card for all of them) and acks their input; an idle input writes at once.",
+        1000,
+    )
     producer_linger_ms: float = _env(
         "FRAUDSTREAM_PRODUCER_LINGER_MS",
         "How long the worker's producer lets record batches gather into one produce request "

@@ -1,5 +1,10 @@
 """Benchmark of the action service against a bare aiohttp server, side by side in one run.
 
+Each round also prints the CPU per request of the client (this process), Redis and both servers,
+how many cores each run kept busy, and `CPU-bound ceiling`: the ratio a service costing no more
+CPU per request than the bare server would reach here (one process, so one core at most, and the
+machine's cores shared with the client and Redis at their cost per request in the service's run).
+
 Everything runs on loopback and on a redis-server of its own (temporary directory, free port,
 AOF with `appendfsync always`), started here and stopped by its PID at the end:
 
@@ -126,11 +131,19 @@ class Run:
     statuses: dict[int, int] = field(default_factory=dict)
     elapsed: float = 0.0
     cpu_s: float = float("nan")  # CPU seconds the server process spent during the run
+    client_cpu_s: float = float("nan")  # this process (the load client) during the run
+    redis_cpu_s: float = float("nan")  # redis-server during the run (single layout)
 
     @property
     def cpu_us(self) -> float:
         """Server CPU microseconds per request."""
         return 1e6 * self.cpu_s / len(self.latencies)
+
+    @property
+    def system_us(self) -> float:
+        """CPU microseconds per request of everything the run needs: client, server, Redis."""
+        redis = 0.0 if self.redis_cpu_s != self.redis_cpu_s else self.redis_cpu_s
+        return 1e6 * (self.cpu_s + self.client_cpu_s + redis) / len(self.latencies)
 
     @property
     def rps(self) -> float:
@@ -195,11 +208,23 @@ def _line(name: str, run: Run) -> str:
     )
 
 
-def _measured(pid: int | None, load: Callable[[], Run]) -> Run:
-    """Run `load` and record the CPU time the server `pid` spent meanwhile."""
-    before = _cpu_s(pid)
+def _ceiling(bare: Run, service: Run) -> float:
+    """The best service/bare req/s ratio this machine allows a service that costs no more CPU
+    per request than the bare server: one process (a core at most), and the cores shared with
+    the client and Redis at what they cost per request in the service's run."""
+    n = len(service.latencies)
+    per_req_us = bare.cpu_us + 1e6 * (service.client_cpu_s + service.redis_cpu_s) / n
+    best = min(1e6 / bare.cpu_us, (os.cpu_count() or 1) * 1e6 / per_req_us)
+    return best / bare.rps
+
+
+def _measured(pid: int | None, load: Callable[[], Run], redis_pid: int | None = None) -> Run:
+    """Run `load` and record the CPU time the server `pid`, this client and Redis spent."""
+    before, client, redis = _cpu_s(pid), time.process_time(), _cpu_s(redis_pid)
     run = load()
     run.cpu_s = _cpu_s(pid) - before
+    run.client_cpu_s = time.process_time() - client
+    run.redis_cpu_s = _cpu_s(redis_pid) - redis
     return run
 
 
@@ -363,7 +388,8 @@ def _single_layout(opts: argparse.Namespace) -> None:
             asyncio.run(_load(port, [[_request(port, a)] for a in warm], 8, 10))
 
         applied: list[Action] = list(warm)
-        ratios: dict[int, list[tuple[float, float, float]]] = {}
+        ratios: dict[int, list[tuple[float, float, float, float]]] = {}
+        redis_pid = node.process.pid()
         for concurrency in (8, 32):
             print(f"concurrency {concurrency} (new keys), {opts.requests} requests per run")
             for rnd in range(opts.rounds):
@@ -382,21 +408,29 @@ def _single_layout(opts: argparse.Namespace) -> None:
                         )
                         time.sleep(1.0)  # let py-spy attach before the load starts
                     runs[name] = _measured(pids[name], lambda port=port, jobs=jobs, c=concurrency: asyncio.run(
-                        _load(port, jobs, c, opts.max_seconds)))
+                        _load(port, jobs, c, opts.max_seconds)), redis_pid)
                     if spy is not None:
                         spy.send_signal(signal.SIGINT)
                         spy.wait(timeout=60)
                 applied.extend(acts)
                 for name in ("bare", "service"):
                     print(_line(f"{name}", runs[name]))
+                svc_run, bare_run = runs["service"], runs["bare"]
                 pair = (
-                    runs["service"].rps / runs["bare"].rps,
-                    runs["service"].pct(99) / runs["bare"].pct(99),
-                    runs["service"].cpu_us / runs["bare"].cpu_us,
+                    svc_run.rps / bare_run.rps,
+                    svc_run.pct(99) / bare_run.pct(99),
+                    svc_run.cpu_us / bare_run.cpu_us,
+                    _ceiling(bare_run, svc_run),
                 )
+                print(f"  cpu per request: client {1e6 * bare_run.client_cpu_s / len(bare_run.latencies):.0f}"
+                      f" / {1e6 * svc_run.client_cpu_s / len(svc_run.latencies):.0f} us, redis "
+                      f"{1e6 * svc_run.redis_cpu_s / len(svc_run.latencies):.0f} us; whole system"
+                      f" bare {bare_run.system_us:.0f} us, service {svc_run.system_us:.0f} us;"
+                      f" cores busy bare {bare_run.system_us * bare_run.rps / 1e6:.2f}, service "
+                      f"{svc_run.system_us * svc_run.rps / 1e6:.2f} of {os.cpu_count()}")
                 ratios.setdefault(concurrency, []).append(pair)
                 print(f"  round {rnd}: ratio service/bare req/s {pair[0]:.2f}x, p99 {pair[1]:.2f}x,"
-                      f" cpu/req {pair[2]:.2f}x")
+                      f" cpu/req {pair[2]:.2f}x; CPU-bound ceiling {pair[3]:.2f}x")
 
         rng = random.Random(13)
         fresh = _actions("mixed", opts.requests)
@@ -430,6 +464,7 @@ def _single_layout(opts: argparse.Namespace) -> None:
                 f"  c={concurrency:<3d} req/s {statistics.median(p[0] for p in pairs):.2f}x"
                 f"   p99 {statistics.median(p[1] for p in pairs):.2f}x"
                 f"   cpu/req {statistics.median(p[2] for p in pairs):.2f}x"
+                f"   CPU-bound ceiling {statistics.median(p[3] for p in pairs):.2f}x"
             )
         print(f"  mixed  req/s {mixed_ratio[0]:.2f}x   p99 {mixed_ratio[1]:.2f}x"
               f"   cpu/req {mixed['service'].cpu_us / mixed['bare'].cpu_us:.2f}x")

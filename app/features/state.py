@@ -40,7 +40,6 @@ from array import array
 from bisect import bisect_right
 from collections import Counter, deque
 from functools import lru_cache
-from itertools import chain
 from operator import attrgetter
 from typing import Final
 
@@ -298,19 +297,24 @@ class CardState:
 
     def to_bytes(self) -> bytes:
         """The state as compact, versioned bytes (see the module docstring for the layout)."""
+        # Called for every card a batch changes, so it is kept to a few C calls: no copies of
+        # the arrays while nothing was evicted, one pack for all max deques (their pairs are
+        # contiguous in the layout, so one "<2kq" pack equals the per-deque packs joined).
         h = self._head
-        n = len(self._ts) - h
-        txn = _SEP.join(self._txn[h:]).encode()
-        vals = [_SEP.join(v[h:]).encode() for v in self._vals]
-        parts = [
+        ts, amt, prims, txn_ids, cols = self._ts, self._amt, self._prims, self._txn, self._vals
+        if h:
+            ts, amt, prims, txn_ids = ts[h:], amt[h:], prims[h * _WIDTH:], txn_ids[h:]
+            cols = tuple(v[h:] for v in cols)
+        n = len(ts)
+        txn = _SEP.join(txn_ids).encode()
+        vals = [_SEP.join(v).encode() for v in cols]
+        maxq = self._maxq
+        pairs = [x for q in maxq for entry in q for x in entry]
+        return b"".join((
             _HEADER.pack(FORMAT_VERSION, LAYOUT.signature, self._max_ts if n else 0, n),
-            _LENGTHS.pack(*(len(q) for q in self._maxq), len(txn), *(len(v) for v in vals)),
-            _le(self._ts[h:]), _le(self._amt[h:]), _le(self._prims[h * _WIDTH:]),
-        ]
-        parts.extend(_pairs(len(q)).pack(*chain.from_iterable(q)) for q in self._maxq)
-        parts.append(txn)
-        parts.extend(vals)
-        return b"".join(parts)
+            _LENGTHS.pack(*map(len, maxq), len(txn), *map(len, vals)),
+            _le(ts), _le(amt), _le(prims), _pairs(len(pairs) >> 1).pack(*pairs), txn, *vals,
+        ))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> CardState:

@@ -143,8 +143,9 @@ def create_app(
     sequencer = PartitionSequencer(app)
     engine = ScoreEngine(
         app, pipeline, stage, sequencer,
-        lambda ack: Checkpoint(sink.send, cards, ack, max_in_flight=settings.max_in_flight),
-        max_batch=settings.max_batch)
+        lambda ack: Checkpoint(sink.send, cards, ack, max_in_flight=settings.max_in_flight,
+                               served=ScoreEngine.served),
+        max_batch=settings.max_batch, state_interval_s=settings.state_interval_ms / 1000)
 
     @app.page("/debug/consumer")
     async def consumer_page(web: Any, request: Any) -> Any:

@@ -10,8 +10,16 @@ are acknowledged, the batch's source messages are acknowledged and may be commit
 - an offset is never committed before the state that includes its message is durable.
 
 Several batches can be in flight: while batch k waits for the broker, the engine folds and
-scores k+1. Steps complete strictly in submission order; steps whose outputs are already
-acknowledged are merged, so a card's changelog gets one record (its newest) per step.
+scores k+1. Steps complete strictly in submission order.
+
+Under lag the card state need not follow every batch: a batch may be submitted without cards
+(`cards=None`), its changed cards then go with the next batch that carries a snapshot (the
+engine takes one when its input is idle, or every `state_interval` under lag, and `seal`s the
+newest batch before a drain). Such a durable point completes every batch before it at once:
+their outputs are all acknowledged first, then one changelog record per card (its newest),
+then all their messages are acked. A batch waiting only for a later snapshot no longer counts
+as in flight (its outputs are acknowledged), so the bound is on outputs the broker has not
+acknowledged yet.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ class CardWriter(Protocol):
 @dataclass(slots=True)
 class _Step:
     outputs: list[asyncio.Future[Any]]
-    cards: CardWrites
+    #: the snapshot of every card changed up to this batch, or None: they go with a later one
+    cards: CardWrites | None
     messages: Sequence[Any]
     submitted: float = field(default_factory=time.perf_counter)
 
@@ -52,15 +61,24 @@ class CheckpointFailed(RuntimeError):
 
 
 class Checkpoint:
-    """Moves submitted batches through outputs → card state → ack, in order (see the module)."""
+    """Moves submitted batches through outputs → card state → ack, in order (see the module).
+
+    `served` (optional) is told each batch's messages once its outputs are acknowledged.
+    """
 
     def __init__(self, send: Callable[[Any], Awaitable[list[asyncio.Future[Any]]]],
                  cards: CardWriter, ack: Callable[[Iterable[Any]], None], *,
-                 max_in_flight: int = 4) -> None:
+                 max_in_flight: int = 4,
+                 served: Callable[[Sequence[Any]], None] | None = None) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self._send = send
         self._cards = cards
         self._ack = ack
+        self._served = served
         self._steps: deque[_Step] = deque()
+        self._acked_outputs = 0  # leading steps whose outputs the broker has acknowledged
+        self._sealed = 0  # steps carrying a snapshot, not yet completed
         self._space = asyncio.Semaphore(max_in_flight)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -70,10 +88,13 @@ class Checkpoint:
 
     @property
     def in_flight(self) -> int:
+        """Batches submitted and not yet acked (outputs or state still to become durable)."""
         return len(self._steps)
 
-    async def submit(self, records: Any, cards: CardWrites, messages: Sequence[Any]) -> None:
-        """Send a batch's outputs now and queue its state and acks behind them."""
+    async def submit(self, records: Any, cards: CardWrites | None,
+                     messages: Sequence[Any]) -> None:
+        """Send a batch's outputs now and queue its state and acks behind them (`cards` None:
+        its changed cards go with a later snapshot, see `seal`)."""
         if self.failed is not None:
             raise CheckpointFailed("an earlier batch was not made durable") from self.failed
         await self._space.acquire()
@@ -83,12 +104,29 @@ class Checkpoint:
             self._space.release()
             raise
         self._steps.append(_Step(outputs, cards, messages))
+        if cards is not None:
+            self._sealed += 1
         self._idle.clear()
         self._wake.set()
 
+    def seal(self, cards: CardWrites) -> None:
+        """Give the newest batch, if it has none, the snapshot of the cards changed so far, so
+        that every submitted batch can complete. Call it only between batches."""
+        if self._steps and self._steps[-1].cards is None:
+            self._steps[-1].cards = cards
+            self._sealed += 1
+            self._wake.set()
+
+    @property
+    def sealed(self) -> bool:
+        """Whether every submitted batch can complete without another snapshot."""
+        return not self._steps or self._steps[-1].cards is not None
+
     async def drain(self) -> None:
-        """Wait until every submitted batch is acknowledged (or the checkpoint failed)."""
-        while self._steps and self.failed is None:
+        """Wait until every batch up to the newest snapshot is durable and acked (or the
+        checkpoint failed). Batches after it (never sealed) are left: their source is re-read."""
+        while self._sealed and self.failed is None:
+            self._idle.clear()
             await self._idle.wait()
         if self.failed is not None:
             raise CheckpointFailed("a batch was not made durable") from self.failed
@@ -99,8 +137,8 @@ class Checkpoint:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                while self._steps:
-                    await self._complete_next()
+                while await self._complete_next():
+                    pass
                 self._idle.set()
         except asyncio.CancelledError:
             raise
@@ -110,28 +148,40 @@ class Checkpoint:
             log.error("a batch could not be made durable: %r", exc)
             raise
 
-    async def _complete_next(self) -> None:
-        head = self._steps[0]
-        await asyncio.gather(*head.outputs)
-        # every later step whose outputs are acknowledged already goes along with the head
-        ready = 1
-        while ready < len(self._steps) and all(f.done() for f in self._steps[ready].outputs):
-            for fut in self._steps[ready].outputs:
-                fut.result()  # raises a delivery error here, in order
-            ready += 1
-        steps = [self._steps[i] for i in range(ready)]
-        now = time.perf_counter()
-        for step in steps:
-            metrics.HOP_SECONDS.labels("outputs_acked").observe(now - step.submitted)
+    async def _outputs_acked(self) -> None:
+        """Wait, in order, for the outputs of every step not yet known acknowledged."""
+        steps = self._steps
+        while self._acked_outputs < len(steps):
+            step = steps[self._acked_outputs]
+            await asyncio.gather(*step.outputs)  # raises a delivery error here, in order
+            self._acked_outputs += 1
+            self._space.release()
+            metrics.HOP_SECONDS.labels("outputs_acked").observe(
+                time.perf_counter() - step.submitted)
+            if self._served is not None:
+                self._served(step.messages)
+
+    async def _complete_next(self) -> bool:
+        """Complete every step up to the newest sealed one whose outputs are acknowledged;
+        False when there is none (waiting for outputs or for a snapshot)."""
+        await self._outputs_acked()
+        steps = self._steps
+        ready = 0
         merged: dict[bytes, tuple[int, bytes]] = {}
-        for step in steps:
-            merged.update(step.cards)
+        for i in range(self._acked_outputs):
+            cards = steps[i].cards
+            if cards is not None:
+                merged.update(cards)  # newest record per card wins
+                ready = i + 1
+        if not ready:
+            return False
         if merged:
             await asyncio.gather(*await self._cards.write(merged))
-        for _ in steps:
-            self._steps.popleft()
-            self._space.release()
-        for step in steps:
+        done = [steps.popleft() for _ in range(ready)]
+        self._acked_outputs -= ready
+        self._sealed -= sum(1 for step in done if step.cards is not None)
+        for step in done:
             self._ack(step.messages)
-        self.completed += len(steps)
-        metrics.CHECKPOINT_STEPS.observe(len(steps))
+        self.completed += ready
+        metrics.CHECKPOINT_STEPS.observe(ready)
+        return True

@@ -3,8 +3,11 @@
 No waiting to fill a batch: the engine takes whatever chunks the consumer has queued (one at
 least), up to `max_batch` messages, so an idle input is served at once and batches grow under
 lag. A batch is folded and scored while earlier ones are still being made durable by the
-checkpoint (app.stream.checkpoint). A rebalance (a new generation) first drains the checkpoint,
-then drops the decoded card states: partitions may have moved, and the table is the truth.
+checkpoint (app.stream.checkpoint). A batch that empties the input carries a snapshot of the
+cards changed so far; under lag one batch in every `state_interval_s` does, so a card changed
+by many batches meanwhile is serialized and written to the changelog once. A rebalance (a new
+generation) first seals and drains the checkpoint, then drops the decoded card states:
+partitions may have moved, and the table is the truth.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from faust.types import Message
@@ -36,13 +39,19 @@ class ScoreEngine:
     def __init__(self, app: Any, pipeline: TransactionPipeline, stage: ScoringStage,
                  sequencer: PartitionSequencer, checkpoint_factory: Callable[
                      [Callable[[Iterable[Message]], None]], Checkpoint], *,
-                 max_batch: int) -> None:
+                 max_batch: int, state_interval_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if state_interval_s < 0:
+            raise ValueError(f"state_interval_s must be >= 0, got {state_interval_s}")
         self.app = app
         self.pipeline = pipeline
         self.stage = stage
         self.sequencer = sequencer
         self.checkpoint = checkpoint_factory(self._ack)
         self.max_batch = max_batch
+        self.state_interval_s = state_interval_s
+        self._clock = clock
+        self._snapshot_at = clock()
         self._generation: int | None = None
         self._pending: Chunk | None = None
         self._idle = asyncio.Event()
@@ -51,7 +60,14 @@ class ScoreEngine:
     async def settle(self) -> None:
         """Wait until the batch being processed, if any, and every in-flight one are durable."""
         await self._idle.wait()
+        self._seal()
         await self.checkpoint.drain()
+
+    def _seal(self) -> None:
+        """Between batches: let every submitted batch complete (snapshot the changed cards)."""
+        if not self.checkpoint.sealed:
+            self.checkpoint.seal(self._card_writes(self.pipeline.snapshot()))
+            self._snapshot_at = self._clock()
 
     async def run(self) -> None:
         """Process chunks until cancelled; in-flight batches are finished before it returns."""
@@ -65,9 +81,15 @@ class ScoreEngine:
                     await self.process(chunk)
                 finally:
                     self._idle.set()
+                if self._pending is None and self.app.consumer.chunks.empty():
+                    self._seal()  # input idle: nothing submitted waits for a later snapshot
         except asyncio.CancelledError:
             # no changelog record of ours may reach Kafka after this worker left the group
-            # (another worker may already have restored those cards): finish what is in flight
+            # (another worker may already have restored those cards): finish what is in flight.
+            # Mid-batch (a batch folded, not submitted) no snapshot may be taken: the batches
+            # after the last one are left unacked, their source is read again.
+            if self._idle.is_set():
+                self._seal()
             try:
                 await asyncio.shield(asyncio.wait_for(self.checkpoint.drain(), DRAIN_ON_STOP_S))
             except Exception as exc:  # noqa: BLE001 - stopping anyway; its source is re-read
@@ -109,6 +131,7 @@ class ScoreEngine:
             consumer.release(chunk.messages)  # fetched before a rebalance: read again
             return
         if chunk.generation != self._generation:
+            self._seal()
             await self.checkpoint.drain()
             self.pipeline.forget()
             self._generation = chunk.generation
@@ -123,8 +146,11 @@ class ScoreEngine:
         for tp in {m.tp for m in messages}:
             inbound[tp] = mono  # Faust's livelock detector: this partition is served
         metrics.BATCH_SIZE.observe(len(messages))
+        # the input is empty after this batch, or state was last written long enough ago
+        snapshot = (self._pending is None and self.app.consumer.chunks.empty()
+                    or self._clock() - self._snapshot_at >= self.state_interval_s)
         t0 = time.perf_counter()
-        outcome = self.pipeline.process(messages)
+        outcome = self.pipeline.process(messages, snapshot=snapshot)
         t1 = time.perf_counter()
         records = outcome.records
         records.extend(self.stage.run(outcome.scored))
@@ -132,13 +158,22 @@ class ScoreEngine:
         metrics.HOP_SECONDS.labels("features").observe(t1 - t0)
         metrics.HOP_SECONDS.labels("model").observe(t2 - t1)
         metrics.SCORED.inc(len(outcome.scored))
-        cards = {card_id.encode(): saved for card_id, saved in outcome.saves.items()}
-        await self.checkpoint.submit(records, cards, messages)
+        if snapshot:
+            self._snapshot_at = self._clock()
+        await self.checkpoint.submit(
+            records, self._card_writes(outcome.saves) if snapshot else None, messages)
+
+    @staticmethod
+    def _card_writes(saves: dict[str, tuple[int, bytes]]) -> dict[bytes, tuple[int, bytes]]:
+        return {card_id.encode(): saved for card_id, saved in saves.items()}
 
     def _ack(self, messages: Iterable[Message]) -> None:
         """The checkpoint's last step: the batch's messages may be committed."""
-        messages = list(messages)
-        self.app.consumer.ack_many(messages)
+        self.app.consumer.ack_many(list(messages))
+
+    @staticmethod
+    def served(messages: Sequence[Message]) -> None:
+        """A batch's outputs are acknowledged: event → served row, and freshness per partition."""
         now = time.time()
         metrics.observe_many(metrics.HOP_SECONDS.labels("event_to_served"),
                              [max(0.0, now - m.timestamp) for m in messages])

@@ -43,7 +43,8 @@ class BatchOutcome:
 
     records: list[OutRecord] = field(default_factory=list)
     scored: list[Scored] = field(default_factory=list)
-    #: card records to save once the outputs are durable: card_id → (source partition, record)
+    #: card records to save once the outputs are durable: card_id → (source partition, record);
+    #: with `process(..., snapshot=False)` empty, the changed cards wait for a later snapshot
     saves: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     #: re-read messages the card's state already held and no longer remembers: no output
     skipped: int = 0
@@ -60,10 +61,12 @@ class TransactionPipeline:
     """Validate → DLQ, fold into per-card state → late topic or a feature vector.
 
     Decoded card states are kept between batches (the store is read once per card, on first
-    sight) until `forget` (a rebalance); a batch yields one record per card it changed, taken
-    after all its events in the batch. Each record carries the source position of the card's
-    last message (app.stream.cardrecord); a message at or before it is a re-read and is never
-    folded in twice.
+    sight) until `forget` (a rebalance). A snapshot yields one record per card changed since
+    the previous snapshot, taken after all its events so far: a batch processed without one
+    leaves its cards for the next, so a card changed by several batches is serialized once.
+    Each record carries the source position of the card's last message
+    (app.stream.cardrecord); a message at or before it is a re-read and is never folded in
+    twice.
     """
 
     def __init__(
@@ -79,18 +82,23 @@ class TransactionPipeline:
         self.allowed_lateness_ms = allowed_lateness_ms
         self.max_message_bytes = max_message_bytes
         self._cards: dict[str, _Card] = {}
+        self._changed: dict[str, _Card] = {}  # changed since the last snapshot
 
     def forget(self) -> None:
         """Drop the decoded states (partitions moved): the next batch reads the store again."""
         self._cards.clear()
+        self._changed.clear()
 
-    def process(self, batch: Sequence[SourceMessage]) -> BatchOutcome:
+    def process(self, batch: Sequence[SourceMessage], *, snapshot: bool = True) -> BatchOutcome:
         """Route and fold a batch. Nothing is saved: call `persist` once the outputs are flushed,
-        so a stored card position always implies its messages' outputs are in Kafka."""
+        so a stored card position always implies its messages' outputs are in Kafka.
+
+        `snapshot`: fill `saves` with every card changed since the last snapshot (this batch
+        included); False leaves them for a later one (see `snapshot`)."""
         out = BatchOutcome()
         now_ms = self.clock_ms()
         cards = self._cards
-        changed: dict[str, _Card] = {}
+        changed = self._changed
         for msg in batch:
             try:
                 txn = parse_transaction(msg.value, now_ms=now_ms, max_bytes=self.max_message_bytes)
@@ -127,10 +135,16 @@ class TransactionPipeline:
                 out.scored.append(Scored(msg, txn, tuple(outcome.features), True))
             elif isinstance(outcome, Accepted):
                 out.scored.append(Scored(msg, txn, tuple(outcome.features), False))
-        out.saves = {card_id: (c.partition,
-                               cardrecord.pack(c.partition, c.offset, c.state.to_bytes()))
-                     for card_id, c in changed.items()}
+        if snapshot:
+            out.saves = self.snapshot()
         return out
+
+    def snapshot(self) -> dict[str, tuple[int, bytes]]:
+        """The record of every card changed since the last snapshot: card_id → (source
+        partition, record). Take it only between batches: it covers everything folded so far."""
+        changed, self._changed = self._changed, {}
+        return {card_id: (c.partition, cardrecord.pack(c.partition, c.offset, c.state.to_bytes()))
+                for card_id, c in changed.items()}
 
     def persist(self, outcome: BatchOutcome) -> None:
         """Save the batch's card records in the store (what the checkpoint does online)."""

@@ -101,6 +101,51 @@ async def test_in_flight_batches_are_bounded(running: Any) -> None:
     assert third.done()
 
 
+async def test_batches_without_a_snapshot_wait_for_the_next_one_and_complete_with_it(
+        running: Any) -> None:
+    ckpt, broker, acked = running
+    await ckpt.submit("k1", None, ["m1"])
+    await ckpt.submit("k2", None, ["m2"])
+    broker.ack_next("outputs")
+    broker.ack_next("outputs")
+    await settle()
+    # outputs durable, but no snapshot covers them yet: no state, no ack, and no longer in
+    # flight (a third batch is not held back by the bound of two)
+    assert broker.log == ["send k1", "send k2"] and acked == []
+    await asyncio.wait_for(ckpt.submit("k3", {b"c1": (0, b"s3"), b"c2": (1, b"t3")}, ["m3"]), 1)
+    await settle()
+    assert broker.log[-1] == "send k3" and acked == []  # k3's outputs come before any state
+    broker.ack_next("outputs")
+    await settle()
+    assert broker.ack_next("cards") == {b"c1": (0, b"s3"), b"c2": (1, b"t3")}
+    await settle()
+    assert acked == ["m1", "m2", "m3"] and ckpt.in_flight == 0
+
+
+async def test_seal_gives_the_newest_batch_the_snapshot_and_drain_waits_for_it(
+        running: Any) -> None:
+    ckpt, broker, acked = running
+    await ckpt.submit("k1", {b"c1": (0, b"s1")}, ["m1"])
+    await ckpt.submit("k2", None, ["m2"])
+    assert not ckpt.sealed
+    broker.ack_next("outputs")
+    broker.ack_next("outputs")
+    await settle()
+    assert broker.ack_next("cards") == {b"c1": (0, b"s1")}  # k1 alone: k2 has no snapshot
+    await settle()
+    assert acked == ["m1"]
+    await asyncio.wait_for(ckpt.drain(), 1)  # nothing sealed is pending: k2 is left as it is
+    ckpt.seal({b"c1": (0, b"s2")})
+    assert ckpt.sealed
+    ckpt.seal({b"c9": (0, b"ignored")})  # already sealed: no second snapshot
+    drained = asyncio.ensure_future(ckpt.drain())
+    await settle()
+    assert not drained.done()
+    assert broker.ack_next("cards") == {b"c1": (0, b"s2")}
+    await asyncio.wait_for(drained, 1)
+    assert acked == ["m1", "m2"]
+
+
 async def test_a_failed_delivery_writes_no_state_acks_nothing_and_stops_the_engine() -> None:
     broker = Broker()
     acked: list[Any] = []
@@ -141,8 +186,9 @@ class Store:
         self.data[card_id] = data
 
 
-def outputs_of(pipeline: TransactionPipeline, batch: list[SourceMessage]) -> tuple[Any, Any]:
-    out = pipeline.process(batch)
+def outputs_of(pipeline: TransactionPipeline, batch: list[SourceMessage], snapshot: bool = True
+               ) -> tuple[Any, Any]:
+    out = pipeline.process(batch, snapshot=snapshot)
     records = list(out.records)
     for item in out.scored:  # a stand-in for scoring: an action per transaction, keyed by it
         records.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(),
@@ -154,9 +200,10 @@ STEPS = ("outputs sent", "outputs acked", "state written", "acked")
 
 
 async def run_until_abort(store: Store, durable: list[OutRecord], committed: list[int],
-                          batches: list[list[SourceMessage]], abort: tuple[int, str] | None
-                          ) -> None:
-    """Process batches through a real Checkpoint; stop dead at `abort` = (batch, step)."""
+                          batches: list[list[SourceMessage]], abort: tuple[int, str] | None,
+                          every: int = 1) -> None:
+    """Process batches through a real Checkpoint; stop dead at `abort` = (batch, step).
+    A snapshot of the changed cards goes with every `every`-th batch and the last one."""
     pipeline = TransactionPipeline(store, clock_ms=lambda: NOW, allowed_lateness_ms=300_000,
                                    max_message_bytes=8192)
     sent: list[tuple[Any, asyncio.Future[None]]] = []
@@ -180,10 +227,12 @@ async def run_until_abort(store: Store, durable: list[OutRecord], committed: lis
         for n, batch in enumerate(batches):
             if n < len(batches) and committed and batch[-1].offset < committed[-1]:
                 continue
-            records, saves = outputs_of(pipeline, batch)
+            snapshot = n % every == every - 1 or n == len(batches) - 1
+            records, saves = outputs_of(pipeline, batch, snapshot)
             if abort == (n, STEPS[0]):
                 return  # sent, never acknowledged: nothing of it is durable
-            await ckpt.submit(records, {k.encode(): v for k, v in saves.items()}, batch)
+            await ckpt.submit(records, {k.encode(): v for k, v in saves.items()}
+                              if snapshot else None, batch)
             fut = sent[-1][1]
             durable.extend(records)
             if abort == (n, STEPS[1]):
@@ -195,6 +244,7 @@ async def run_until_abort(store: Store, durable: list[OutRecord], committed: lis
                 return
             fut.set_result(None)
             await ckpt.drain()
+            await settle()  # whatever else the checkpoint would do with this batch, it does
             if abort == (n, STEPS[3]):
                 return
     finally:
@@ -205,18 +255,22 @@ def actions(records: list[OutRecord]) -> set[bytes]:
     return {r.value for r in records if r.topic == topics.ACTIONS}
 
 
-@pytest.mark.parametrize("abort", [(b, s) for b in (0, 2) for s in STEPS])
-async def test_abort_between_any_two_steps_then_resume_gives_the_same_effects(abort: Any) -> None:
+@pytest.mark.parametrize("every", [1, 3], ids=["snapshot-each-batch", "snapshot-every-3rd"])
+@pytest.mark.parametrize("abort", [(b, s) for b in (0, 2, 3) for s in STEPS])
+async def test_abort_between_any_two_steps_then_resume_gives_the_same_effects(
+        abort: Any, every: int) -> None:
     batches = [LOG[i:i + 5] for i in range(0, len(LOG), 5)]
     clean_store, clean_out = Store(), []
     await run_until_abort(clean_store, clean_out, [], batches, None)
 
     store, durable, committed = Store(), [], []
-    await run_until_abort(store, durable, committed, batches, abort)
+    await run_until_abort(store, durable, committed, batches, abort, every)
+    if every > 1 and abort[0] < every - 1:
+        assert committed == []  # no snapshot yet: nothing may be committed
     resume_at = (committed[-1] + 1) if committed else 0  # the committed offset
     rest = [m for m in LOG if m.offset >= resume_at]
     await run_until_abort(store, durable, committed, [rest[i:i + 5] for i in
-                                                     range(0, len(rest), 5)], None)
+                                                     range(0, len(rest), 5)], None, every)
     assert actions(durable) == actions(clean_out)  # every action, and no other
     assert {k: cardrecord.unpack(v).state.tobytes() for k, v in store.data.items()} == \
         {k: cardrecord.unpack(v).state.tobytes() for k, v in clean_store.data.items()}

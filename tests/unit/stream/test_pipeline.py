@@ -115,6 +115,19 @@ def test_nothing_is_saved_until_persist(store: DictStore) -> None:
             ] == [("c1", 3, 0), ("c2", 3, 1)]
 
 
+def test_a_batch_without_a_snapshot_leaves_its_cards_to_the_next_one(store: DictStore) -> None:
+    p = pipeline(store)
+    first = p.process(msgs([txn(1), txn(2, card="c2")]), snapshot=False)
+    assert first.saves == {}
+    second = p.process(msgs([txn(3), txn(4, card="c3")], start=2))
+    # every card changed since the last snapshot, once, as of its newest message
+    assert {card: cardrecord.unpack(rec).offset for card, (_, rec) in second.saves.items()
+            } == {"c1": 2, "c2": 1, "c3": 3}
+    assert p.process(msgs([txn(5, card="c2")], start=4)).saves.keys() == {"c2"}
+    p.process(msgs([txn(6)], start=5), snapshot=False)
+    assert p.snapshot().keys() == {"c1"} and p.snapshot() == {}
+
+
 def test_states_are_kept_between_batches_until_forget(store: DictStore) -> None:
     p = pipeline(store)
     p.process(msgs([txn(1)]))  # never persisted: the next batch still sees it
