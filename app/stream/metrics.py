@@ -57,7 +57,7 @@ BATCH_SIZE: Final = Histogram(
 CHECKPOINT_STEPS: Final = Histogram(
     "fraudstream_checkpoint_merged_batches",
     "Batches whose card state was made durable together (one changelog record per card).",
-    buckets=(1, 2, 3, 4, 8),
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128),
 )
 #: The latency budget per hop (seconds). `append_to_engine`: broker append (the message's
 #: timestamp) → the score engine took it; `features`: validate and fold a batch; `model`: score
