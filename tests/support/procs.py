@@ -120,6 +120,30 @@ def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker",
     return Spawned(argv, env, tmp / f"{name}-{port}.log", port)
 
 
+def source_reads(worker: Spawned, topic: str) -> dict[str, int | None]:
+    """The partitions of `topic` a worker owns, with the offset it last read of each
+    (its /debug/consumer page)."""
+    prefix = topic + ":"
+    return {tp: part["read"] for tp, part in worker.debug("consumer")["partitions"].items()
+            if tp.startswith(prefix)}
+
+
+def wait_all_assigned(workers: Sequence[Spawned], topic: str, timeout_s: float = 120) -> None:
+    """Wait until every worker owns partitions of `topic`: all of them are in the consumer
+    group. A log replayed before that may be read whole by the first to join, and a fault
+    aimed at a worker still joining hits one that holds nothing."""
+
+    def all_assigned() -> bool:
+        assert all(w.alive() for w in workers), "a worker died while joining the group"
+        try:
+            return all(source_reads(w, topic) for w in workers)
+        except OSError:  # a web page not up yet
+            return False
+
+    wait_until(all_assigned, timeout_s=timeout_s, interval_s=0.2,
+               what=f"every worker to own partitions of {topic}")
+
+
 def spawn_action_service(settings: Settings, tmp: Path, *, port: int | None = None) -> Spawned:
     """Start `fraudstream action-service` for `settings` (port: settings' or the one given)."""
     port = port or settings.action_service_port

@@ -42,6 +42,7 @@ from tests.support.procs import (
     http_ready,
     spawn_action_service,
     spawn_worker,
+    wait_all_assigned,
     wait_until,
 )
 from tests.support.redisdb import flush_db, with_db
@@ -346,6 +347,8 @@ def run_scenario(
         topo.start_service()
         for _ in range(workers):
             topo.start_worker()
+        # every worker in the group first: a fault at 30 % must hit a worker that holds work
+        wait_all_assigned(topo.workers, topo.settings.topic(topics.TRANSACTIONS))
         topo.replay_in_background(lines, rate)
         fault(topo)
         topo.join_replay()

@@ -21,7 +21,7 @@ from tests.support.pipeline import (
     served_rows,
     wait_drained,
 )
-from tests.support.procs import Spawned, spawn_worker, wait_until
+from tests.support.procs import source_reads, spawn_worker, wait_all_assigned, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,28 +35,15 @@ def test_two_workers_50k_events_zero_skew_and_oracle_actions(
     lines = lines_of(log)
     workers = [spawn_worker(fresh_settings, tmp_path, name=f"w{i}", dispatch=False)
                for i in range(2)]
-    source = fresh_settings.topic(topics.TRANSACTIONS) + ":"
-
-    def owned_by(worker: Spawned) -> dict[str, int | None]:
-        return {tp: part["read"] for tp, part in worker.debug("consumer")["partitions"].items()
-                if tp.startswith(source)}
-
+    source = fresh_settings.topic(topics.TRANSACTIONS)
     try:
         # both workers in the group before the log goes in (one alone would read all of it
         # before the other joined: 50k events take it about two seconds)
-        def both_assigned() -> bool:
-            assert all(w.alive() for w in workers), "a worker died"
-            try:
-                return all(owned_by(w) for w in workers)
-            except OSError:  # a web page not up yet
-                return False
-
-        wait_until(both_assigned, timeout_s=120, interval_s=0.2,
-                   what="both workers to own transactions partitions")
+        wait_all_assigned(workers, source)
         sent = replay(fresh_settings, lines)
         wait_drained(fresh_settings, workers, expected=sent, timeout_s=300)
         # every source partition is owned by one worker, which has read it (/debug/consumer)
-        owned = {tp: read for w in workers for tp, read in owned_by(w).items()}
+        owned = {tp: read for w in workers for tp, read in source_reads(w, source).items()}
         assert len(owned) == fresh_settings.topic_partitions
         assert all(read is not None and read > 0 for read in owned.values()), owned
     finally:
