@@ -63,6 +63,10 @@ class ScoreEngine:
         self._seal()
         await self.checkpoint.drain()
 
+    def _input_idle(self) -> bool:
+        """Nothing fetched is waiting for the engine."""
+        return self._pending is None and self.app.consumer.chunks.empty()
+
     def _seal(self) -> None:
         """Between batches: let every submitted batch complete (snapshot the changed cards)."""
         if not self.checkpoint.sealed:
@@ -81,8 +85,8 @@ class ScoreEngine:
                     await self.process(chunk)
                 finally:
                     self._idle.set()
-                if self._pending is None and self.app.consumer.chunks.empty():
-                    self._seal()  # input idle: nothing submitted waits for a later snapshot
+                if self._input_idle():
+                    self._seal()  # nothing submitted waits for a later snapshot
         except asyncio.CancelledError:
             # no changelog record of ours may reach Kafka after this worker left the group
             # (another worker may already have restored those cards): finish what is in flight.
@@ -147,7 +151,7 @@ class ScoreEngine:
             inbound[tp] = mono  # Faust's livelock detector: this partition is served
         metrics.BATCH_SIZE.observe(len(messages))
         # the input is empty after this batch, or state was last written long enough ago
-        snapshot = (self._pending is None and self.app.consumer.chunks.empty()
+        snapshot = (self._input_idle()
                     or self._clock() - self._snapshot_at >= self.state_interval_s)
         t0 = time.perf_counter()
         outcome = self.pipeline.process(messages, snapshot=snapshot)
