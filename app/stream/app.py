@@ -14,6 +14,7 @@ from typing import Any, Literal
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.actions.delivery import ActionDeliverer
 from app.scoring.registry import LoadedModel
 from app.security.kafka import faust_broker_credentials
 from app.settings import Settings
@@ -22,7 +23,7 @@ from app.stream.cardstore import TableCards, card_table
 from app.stream.checkpoint import Checkpoint
 from app.stream.consumer import broker_url, check_faust_version
 from app.stream.control import activation_handler, follow_activations
-from app.stream.dispatch import add_dispatch_agent
+from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
 from app.stream.pipeline import TransactionPipeline
 from app.stream.records import OutRecord
@@ -114,10 +115,26 @@ def create_app(
 
     clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
 
+    chunk_topics: set[str] = set()
     if "dispatch" in agents:
-        activity = add_dispatch_agent(app, settings, fraud.send)
         actions_topic = settings.topic(topics.ACTIONS)
-        watchdog.idle = lambda topic: topic == actions_topic and activity.idle()
+        app.topics.add(_raw_topic(app, actions_topic, settings))  # chunks go to the dispatcher
+        chunk_topics.add(actions_topic)
+        dispatcher = Dispatcher(app, actions_topic, fraud.send,
+                                lambda: ActionDeliverer(settings),
+                                max_batch=settings.dispatch_concurrency * 4)
+        watchdog.idle = lambda topic: topic == actions_topic and dispatcher.idle()
+
+        @app.task
+        async def dispatch() -> None:  # pragma: no cover - end to end
+            app.consumer.settlers.append(dispatcher.settle)  # a revoke commits what it finished
+            await dispatcher.run()
+
+        @app.timer(interval=1.0)
+        async def reseek_held_actions() -> None:  # pragma: no cover - end to end
+            await dispatcher.sequencer.check()
+
+    app.fraudstream_chunk_topics = frozenset(chunk_topics)  # read by FraudConsumer
     _add_metrics_page(app)
     _add_tasks_page(app)
     _add_loop_monitor(app)
@@ -133,7 +150,7 @@ def create_app(
 
     source_name = settings.topic(topics.TRANSACTIONS)
     app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent
-    app.fraudstream_chunk_topics = frozenset({source_name})  # read by FraudConsumer
+    app.fraudstream_chunk_topics = frozenset({*chunk_topics, source_name})
     sink = BatchSink(lambda: app.producer._ensure_producer(),
                      {name: settings.topic(name) for name in topics.PIPELINE_TOPICS})
     cards = TableCards(card_state, sink)
@@ -145,7 +162,7 @@ def create_app(
         app, pipeline, stage, sequencer,
         lambda ack: Checkpoint(sink.send, cards, ack, max_in_flight=settings.max_in_flight,
                                served=ScoreEngine.served),
-        max_batch=settings.max_batch, state_interval_s=settings.state_interval_ms / 1000)
+        topic=source_name, max_batch=settings.max_batch, state_interval_s=settings.state_interval_ms / 1000)
 
     @app.page("/debug/consumer")
     async def consumer_page(web: Any, request: Any) -> Any:
@@ -171,7 +188,7 @@ def create_app(
 
     @app.task
     async def score() -> None:  # pragma: no cover - exercised end to end
-        app.consumer.settle = engine.settle  # a revoke commits what the engine finished
+        app.consumer.settlers.append(engine.settle)  # a revoke commits what the engine finished
         try:
             await sink.warm([card_state.changelog_topic.get_topic_name()])
         except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use

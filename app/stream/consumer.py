@@ -24,10 +24,13 @@ rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #68
    live set mid-fetch, and aiokafka reads an empty set as "every partition"); records fetched
    for a partition paused meanwhile are handed back (rewound), not skipped.
 
-It also hands the score engine whole fetched chunks of the transactions topic (`chunks`), tagged
-with the rebalance generation, instead of Faust's per-message delivery; every other topic (the
-actions of the dispatch agent) keeps Faust's per-message path. `rewind` is the one place a
-partition is sent back to re-read; the sequencer and the commit watchdog call it.
+It also hands whole fetched chunks of the chunk topics (transactions for the score engine,
+actions for the dispatcher), tagged with the rebalance generation, to one queue per topic
+(`chunk_queue`) instead of Faust's per-message delivery, which a rebalance could interrupt
+without a trace; only table changelogs keep Faust's per-message path. A topic whose queue is full
+is left out of the next fetches (its records wait in Kafka, not in the worker) so one slow loop
+never holds the others back. `rewind` is the one place a partition is sent back to re-read; the
+sequencers and the commit watchdog call it.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ log = logging.getLogger(__name__)
 TESTED_FAUST = ((0, 15, 3), (0, 16, 0))
 #: A seek target not seen within this many seconds stops filtering (never drop silently for long).
 SEEK_TARGET_TTL_S = 3.0
-#: Fetched chunks waiting for the engine; a full queue stops the fetcher (flow control).
+#: Fetched chunks waiting for a loop, per topic; a full queue stops fetching that topic.
 CHUNK_QUEUE_SIZE = 4
 #: How long a revoke waits for the engine's in-flight batches before it commits what is done.
 SETTLE_ON_REVOKE_S = 10.0
@@ -83,6 +86,26 @@ class Chunk:
     messages: list[Message]
 
 
+class ChunkQueue(asyncio.Queue):  # type: ignore[type-arg] - asyncio.Queue[Chunk]
+    """Fetched chunks of one topic waiting for the loop that takes them; `room` is set while it
+    can take another (the consumer does not fetch the topic while it is clear)."""
+
+    def __init__(self, maxsize: int = CHUNK_QUEUE_SIZE) -> None:
+        super().__init__(maxsize)
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def _put(self, item: Chunk) -> None:
+        super()._put(item)
+        if self.full():
+            self.room.clear()
+
+    def _get(self) -> Chunk:
+        item: Chunk = super()._get()
+        self.room.set()
+        return item
+
+
 class FraudConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with fraudstream's corrections (see the module docstring)."""
 
@@ -92,11 +115,18 @@ class FraudConsumer(faust_aiokafka.Consumer):
         #: topics delivered as whole chunks, named by the app (`fraudstream_chunk_topics`)
         self.chunk_topics: frozenset[str] = frozenset(
             getattr(self.app, "fraudstream_chunk_topics", ()))
-        self.chunks: asyncio.Queue[Chunk] = asyncio.Queue(maxsize=CHUNK_QUEUE_SIZE)
+        self._chunk_queues: dict[str, ChunkQueue] = {}
         self.seek_targets: dict[TP, tuple[int, int, float]] = {}
         self.rewinds = 0
-        #: awaited on revoke before the commit: lets the engine finish what it has in flight
-        self.settle: Callable[[], Awaitable[None]] | None = None
+        #: awaited on revoke before the commit: lets the loops finish what they have in flight
+        self.settlers: list[Callable[[], Awaitable[None]]] = []
+
+    def chunk_queue(self, topic: str) -> ChunkQueue:
+        """The queue of fetched chunks of a chunk topic (created on first use)."""
+        queue = self._chunk_queues.get(topic)
+        if queue is None:
+            queue = self._chunk_queues[topic] = ChunkQueue()
+        return queue
 
     # --- one rewind ---------------------------------------------------------------------------
     async def rewind(self, tp: TP, offset: int, reason: str) -> bool:
@@ -194,8 +224,9 @@ class FraudConsumer(faust_aiokafka.Consumer):
         if not self.should_stop:
             self.stop_flow()  # what Faust does next anyway: no new chunk for the engine
             try:
-                if self.settle is not None:
-                    await asyncio.wait_for(self.settle(), SETTLE_ON_REVOKE_S)
+                if self.settlers:
+                    await asyncio.wait_for(asyncio.gather(*(settle() for settle in self.settlers)),
+                                           SETTLE_ON_REVOKE_S)
                 await self.commit()
             except Exception as exc:  # noqa: BLE001 - the new owner re-reads from the last commit
                 log.info("no commit before the rebalance (%r): uncommitted work is read again",
@@ -208,6 +239,14 @@ class FraudConsumer(faust_aiokafka.Consumer):
             active_partitions = set(active_partitions)
             if not active_partitions:
                 return {}
+            full = [q for q in self._chunk_queues.values() if q.full()]
+            if full:  # what a full queue's loop has not taken waits in Kafka
+                names = {t for t, q in self._chunk_queues.items() if q.full()}
+                active_partitions = {tp for tp in active_partitions if tp.topic not in names}
+                if not active_partitions:
+                    await asyncio.wait([asyncio.ensure_future(q.room.wait()) for q in full],
+                                       timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                    return {}
         return await self._thread.getmany(active_partitions, timeout)
 
     async def _wait_next_records(self, timeout: float) -> Any:  # noqa: ASYNC109
@@ -228,10 +267,11 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     # --- correction 3 and chunk delivery: the drain loop ---------------------------------------
     def stop_flow(self) -> None:
-        """Stop the flow (a rebalance) and drop the chunks the engine has not taken yet."""
+        """Stop the flow (a rebalance) and drop the chunks no loop has taken yet."""
         super().stop_flow()
-        while not self.chunks.empty():
-            self.release(self.chunks.get_nowait().messages)
+        for queue in self._chunk_queues.values():
+            while not queue.empty():
+                self.release(queue.get_nowait().messages)
 
     def _stale(self, tp: TP, offset: int) -> bool:
         """Whether a fetched message is to be skipped: behind a pending seek, or read already."""
@@ -260,15 +300,19 @@ class FraudConsumer(faust_aiokafka.Consumer):
         return False
 
     async def _deliver_chunk(self, generation: int, by_tp: dict[TP, list[Message]]) -> None:
+        """Queue a fetch's messages of one chunk topic (all of `by_tp`) for its loop."""
         messages = [m for msgs in by_tp.values() for m in msgs]
         # Pending until acked or released (what a rebalance's `wait_empty` waits for). Faust's
-        # sensors are not told: the engine's Prometheus metrics count these messages.
+        # sensors are not told: the loops' Prometheus metrics count these messages.
         unacked = self._unacked_messages
         for message in messages:
             unacked.add(message)
-        delivered = await self._hand_over(self.chunks.put(Chunk(generation, messages)), "a chunk",
-                                          {tp: msgs[0].offset for tp, msgs in by_tp.items()})
-        if not delivered:
+        queue = self.chunk_queue(messages[0].topic)
+        chunk = Chunk(generation, messages)
+        if not queue.full():  # always, but for a fetch that raced a full queue
+            queue.put_nowait(chunk)
+        elif not await self._hand_over(queue.put(chunk), "a chunk",
+                                       {tp: msgs[0].offset for tp, msgs in by_tp.items()}):
             self.release(messages)
             return
         for tp, msgs in by_tp.items():
@@ -354,12 +398,12 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 if chunked and self.flow_active and self.app.consumer_generation_id == generation:
                     # stale is checked here, after the hand-overs above: a rewind meanwhile
                     # makes the rest of its partition's fetch stale
-                    chunk: dict[TP, list[Message]] = {}
+                    by_topic: dict[str, dict[TP, list[Message]]] = {}
                     for tp, recs in chunked.items():
                         msgs = [to_message(tp, r) for r in recs if not stale(tp, r.offset)]
                         if msgs:
-                            chunk[tp] = msgs
-                    if chunk:
+                            by_topic.setdefault(tp.topic, {})[tp] = msgs
+                    for chunk in by_topic.values():
                         await self._deliver_chunk(generation, chunk)
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
@@ -435,7 +479,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
             "paused": _names(self._paused_partitions),
             "buffered": _names(self._buffered_partitions),
             "unacked": len(self._unacked_messages),
-            "chunks_queued": self.chunks.qsize(),
+            "chunks_queued": {t: q.qsize() for t, q in self._chunk_queues.items()},
             "rewinds": self.rewinds,
             "partitions": partitions,
         }

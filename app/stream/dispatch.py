@@ -1,4 +1,12 @@
-"""The dispatch agent: POST every action to the action service until it lands, or dead-letter it."""
+"""The dispatcher: POST every action to the action service until it lands, or dead-letter it.
+
+It takes whole fetched chunks of the actions topic from the consumer (as the score engine takes
+transactions), never Faust's per-message hand-over: a rebalance cannot lose a handed-over action,
+it only drops chunks not yet taken (released, read again by the partition's owner). A chunk of an
+older generation is released; its partitions are admitted in offset order with no gap
+(app.stream.sequencer); the batch's messages are acked once every action in it is delivered or
+dead-lettered, and released instead when a rebalance came meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +14,15 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
-
-import faust
 
 from app.actions.action import Action, ActionError
 from app.actions.delivery import ActionDeliverer, DeliveryResult, Rejected
-from app.settings import Settings
 from app.stream import metrics, topics
+from app.stream.consumer import Chunk
 from app.stream.records import H_SOURCE_APPENDED_MS, OutRecord, SourceMessage, rejected_record
+from app.stream.sequencer import PartitionSequencer
 
 log = logging.getLogger(__name__)
 
@@ -72,58 +79,79 @@ async def _deliver_in_card_order(
     return [r for r in results if r is not None]
 
 
-class DispatchActivity:
-    """Whether the dispatch agent holds any action message: inside a batch, or queued for it.
+class Dispatcher:
+    """The dispatch loop of one worker (see the module docstring).
 
-    The commit watchdog asks it (app.stream.watchdog): a partition read past its commit with
-    nothing acknowledged while the agent holds nothing has lost what was handed over.
+    `send` produces OutRecords (FraudApp.send); `deliverer` opens the HTTP client (an async
+    context manager giving an ActionDeliverer).
     """
 
-    def __init__(self) -> None:
-        self.busy = False
-        self.queue: Any = None  # the agent's channel queue, once the agent runs
+    def __init__(self, app: Any, topic: str, send: Callable[[Sequence[OutRecord]], Awaitable[Any]],
+                 deliverer: Callable[[], Any], *, max_batch: int) -> None:
+        self.app = app
+        self.topic = topic
+        self.send = send
+        self.deliverer = deliverer
+        self.max_batch = max_batch
+        self.sequencer = PartitionSequencer(app)
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def idle(self) -> bool:
-        return not self.busy and (self.queue is None or self.queue.empty())
+        """No action message held: none in a batch, none queued (the commit watchdog asks)."""
+        return self._idle.is_set() and self.app.consumer.chunk_queue(self.topic).empty()
 
+    async def settle(self) -> None:
+        """Wait until the batch being delivered, if any, is done (a revoke commits it)."""
+        await self._idle.wait()
 
-def add_dispatch_agent(app: faust.App, settings: Settings, send: object) -> DispatchActivity:
-    """Register the `dispatch` agent on `app`; `send` produces OutRecords (FraudApp.send).
-    Returns the agent's activity (for the commit watchdog)."""
-    activity = DispatchActivity()
-    source = app.topic(settings.topic(topics.ACTIONS), key_type=bytes, value_type=bytes,
-                       key_serializer="raw", value_serializer="raw",
-                       partitions=settings.topic_partitions, replicas=settings.replication)
-
-    @app.agent(source, name="dispatch")
-    async def dispatch(stream: faust.StreamT) -> None:  # pragma: no cover - end to end
-        async with ActionDeliverer(settings) as deliverer:
-            # acked only once every action of the batch is delivered or dead-lettered
-            stream.enable_acks = False  # never auto-acks (see the score agent)
-            activity.queue = stream.channel.queue
-            async for events in stream.noack_take(settings.dispatch_concurrency * 4,
-                                                  within=settings.max_wait_s):
-                activity.busy = True
+    async def run(self) -> None:
+        """Deliver chunks until cancelled."""
+        async with self.deliverer() as deliverer:
+            while True:
+                chunk = await self._take()
+                self._idle.clear()
                 try:
-                    batch = [SourceMessage(e.message.topic, e.message.partition,
-                                           e.message.offset, e.message.key, e.message.value)
-                             for e in events]
-                    dlq = await dispatch_batch(deliverer, batch)
-                    _observe_event_to_effect(events)
-                    await send(dlq)  # type: ignore[operator]
-                    for event in events:
-                        await stream.ack(event)
+                    await self.process(deliverer, chunk)
                 finally:
-                    activity.busy = False
+                    self._idle.set()
 
-    return activity
+    async def _take(self) -> Chunk:
+        """The queued chunks of one generation, up to `max_batch` messages (no waiting)."""
+        queue = self.app.consumer.chunk_queue(self.topic)
+        chunk: Chunk = await queue.get()
+        messages = chunk.messages
+        while len(messages) < self.max_batch and not queue.empty():
+            nxt: Chunk = queue._queue[0]  # noqa: SLF001 - peek: another generation stays queued
+            if nxt.generation != chunk.generation:
+                break
+            messages = messages + queue.get_nowait().messages
+        return Chunk(chunk.generation, messages)
+
+    async def process(self, deliverer: ActionDeliverer, chunk: Chunk) -> None:
+        """One batch: admit in order, deliver, dead-letter the refused, ack."""
+        consumer = self.app.consumer
+        if chunk.generation != self.app.consumer_generation_id:
+            consumer.release(chunk.messages)  # fetched before a rebalance: read again
+            return
+        messages = await self.sequencer.admit(chunk.messages)
+        if not messages:
+            return
+        batch = [SourceMessage(m.topic, m.partition, m.offset, m.key, m.value) for m in messages]
+        dlq = await dispatch_batch(deliverer, batch)
+        _observe_event_to_effect(messages)
+        await self.send(dlq)
+        if chunk.generation != self.app.consumer_generation_id:
+            consumer.release(messages)  # its partitions may have moved: their owner re-reads
+            return
+        consumer.ack_many(messages)
 
 
-def _observe_event_to_effect(events: Sequence[faust.types.EventT]) -> None:
+def _observe_event_to_effect(messages: Sequence[Any]) -> None:
     """Broker append of each action's transaction → its action answered (now)."""
     now_ms = time.time() * 1000
     hop = metrics.HOP_SECONDS.labels("event_to_effect")
-    for event in events:
-        for name, value in event.message.headers or ():
+    for message in messages:
+        for name, value in message.headers or ():
             if name == H_SOURCE_APPENDED_MS:
                 hop.observe(max(0.0, now_ms - int(value)) / 1000)

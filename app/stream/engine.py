@@ -39,7 +39,7 @@ class ScoreEngine:
     def __init__(self, app: Any, pipeline: TransactionPipeline, stage: ScoringStage,
                  sequencer: PartitionSequencer, checkpoint_factory: Callable[
                      [Callable[[Iterable[Message]], None]], Checkpoint], *,
-                 max_batch: int, state_interval_s: float = 0.0,
+                 topic: str, max_batch: int, state_interval_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if state_interval_s < 0:
             raise ValueError(f"state_interval_s must be >= 0, got {state_interval_s}")
@@ -48,6 +48,7 @@ class ScoreEngine:
         self.stage = stage
         self.sequencer = sequencer
         self.checkpoint = checkpoint_factory(self._ack)
+        self.topic = topic
         self.max_batch = max_batch
         self.state_interval_s = state_interval_s
         self._clock = clock
@@ -65,7 +66,7 @@ class ScoreEngine:
 
     def _input_idle(self) -> bool:
         """Nothing fetched is waiting for the engine."""
-        return self._pending is None and self.app.consumer.chunks.empty()
+        return self._pending is None and self.app.consumer.chunk_queue(self.topic).empty()
 
     def _seal(self) -> None:
         """Between batches: let every submitted batch complete (snapshot the changed cards)."""
@@ -111,7 +112,7 @@ class ScoreEngine:
 
     async def _take(self) -> Chunk:
         """The next batch: the queued chunks of one generation, up to `max_batch` messages."""
-        queue = self.app.consumer.chunks
+        queue = self.app.consumer.chunk_queue(self.topic)
         chunk = self._pending
         self._pending = None
         if chunk is None:

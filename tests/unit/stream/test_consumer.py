@@ -113,7 +113,7 @@ async def test_a_delivered_chunk_is_tracked_and_moves_the_read_offsets() -> None
     consumer, _ = real_consumer({A: 0, B: 0})
     by_tp = {A: [message(A, 0), message(A, 1)], B: [message(B, 5)]}
     await consumer._deliver_chunk(1, by_tp)
-    chunk = consumer.chunks.get_nowait()
+    chunk = consumer.chunk_queue("transactions").get_nowait()
     assert chunk == Chunk(1, [*by_tp[A], *by_tp[B]])
     assert all(m in consumer._unacked_messages for m in chunk.messages)
     assert (consumer._read_offset[A], consumer._read_offset[B]) == (1, 5)
@@ -121,8 +121,8 @@ async def test_a_delivered_chunk_is_tracked_and_moves_the_read_offsets() -> None
 
 async def test_an_interrupted_chunk_is_released_and_its_partitions_rewound() -> None:
     consumer, broker = real_consumer({A: 0, B: 0})
-    for i in range(consumer.chunks.maxsize):  # the engine is not taking chunks
-        consumer.chunks.put_nowait(Chunk(1, [message(B, i)]))
+    for i in range(consumer.chunk_queue("transactions").maxsize):  # the engine is not taking chunks
+        consumer.chunk_queue("transactions").put_nowait(Chunk(1, [message(B, i)]))
     by_tp = {A: [message(A, 7), message(A, 8)]}
     delivery = asyncio.ensure_future(consumer._deliver_chunk(1, by_tp))
     await asyncio.sleep(0.01)
@@ -138,9 +138,9 @@ def test_stopping_the_flow_drops_queued_chunks_unacked() -> None:
     queued = [message(A, 0), message(A, 1)]
     for m in queued:
         consumer.track_message(m)
-    consumer.chunks.put_nowait(Chunk(1, queued))
+    consumer.chunk_queue("transactions").put_nowait(Chunk(1, queued))
     consumer.stop_flow()
-    assert consumer.chunks.empty()
+    assert consumer.chunk_queue("transactions").empty()
     assert not consumer._unacked_messages  # a rebalance's wait_empty does not wait for them
 
 
@@ -161,7 +161,7 @@ async def test_a_revoke_commits_the_finished_work_before_faust_forgets_it() -> N
         order.append("faust")
 
     consumer._thread.commit = commit_on_thread
-    consumer.settle = settle
+    consumer.settlers = [settle]
     consumer._on_partitions_revoked = faust_revoke
     acked(consumer, A, [10, 11, 12])
     await consumer.on_partitions_revoked({A, B})
@@ -232,3 +232,34 @@ def test_fetch_positions_are_read_from_the_kafka_consumer_state() -> None:
     consumer._thread._consumer = SimpleNamespace(
         _subscription=SimpleNamespace(subscription=SimpleNamespace(assignment=assignment)))
     assert consumer.fetch_positions() == {A: 78}
+
+
+async def test_each_chunk_topic_has_its_own_queue_and_a_full_one_is_not_fetched() -> None:
+    """A full queue (its loop not taking: the action service down, say) leaves its topic in
+    Kafka; the other topic is still fetched and its loop still served."""
+    consumer, _ = real_consumer({A: 0, B: 0})
+    consumer.chunk_topics = frozenset({"transactions", "actions"})
+    act = TP("actions", 0)
+    await consumer._deliver_chunk(1, {act: [message(act, 0)]})
+    await consumer._deliver_chunk(1, {A: [message(A, 0)]})
+    assert consumer.chunk_queue("actions").qsize() == consumer.chunk_queue("transactions").qsize() == 1
+    fetched: list[set[TP]] = []
+
+    async def getmany(active, _timeout):
+        fetched.append(set(active))
+        return {}
+
+    consumer._thread.getmany = getmany
+    await consumer._getmany({A, act}, 1.0)
+    actions = consumer.chunk_queue("actions")
+    while not actions.full():
+        actions.put_nowait(Chunk(1, [message(act, 1)]))
+    await consumer._getmany({A, act}, 1.0)
+    assert fetched == [{A, act}, {A}]
+    # only the full topic is active: no fetch, a wait that ends when its loop takes a chunk
+    waiting = asyncio.ensure_future(consumer._getmany({act}, 5.0))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    actions.get_nowait()
+    assert await asyncio.wait_for(waiting, 1.0) == {}
+    assert len(fetched) == 2

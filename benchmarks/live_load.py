@@ -1,0 +1,295 @@
+"""Live load: the highest steady offered rate one worker serves within the 50 ms budget.
+
+    .venv/bin/python benchmarks/live_load.py                    # raw loop, rate steps, overload
+    .venv/bin/python benchmarks/live_load.py --steps 0.1,0.2 --seconds 10 --no-overload --no-docs
+
+First the raw aiokafka consume→produce loop's backlog rate (benchmarks/pipeline_bench.py's
+`raw_loop`, median of `--raw-runs`). Then, for each offered rate (a share of that raw rate), fresh
+topics and a fresh worker (defaults, no dispatch) that has joined the group before its input
+starts, fed for `--seconds` by the project's paced replay (a record batch per partition every
+5 ms, one aiokafka producer: little CPU). Latency is broker append of each transaction → broker
+append of its served row (both topics stamp LogAppendTime), for every transaction: the first
+`COLD_S` seconds of input (the cold worker) apart from the rest (steady). Per step: steady p50/p99,
+cold p99, worker CPU µs per event, mean batch size. The SLO rate is the highest step with steady
+p99 ≤ 50 ms and every lower step within it too; it is printed as a ratio of the raw rate.
+
+The overload run (--overload) feeds 1.3× the SLO rate for `OVERLOAD_S`, then 0.5× for
+`RECOVER_S`, and prints per second: offered and served events, the backlog (appended − served,
+which with a bounded worker queue lives in Kafka as consumer lag), the worker's RSS, and the p99
+of the events appended in that second; then how long after the drop p99 was back within budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pipeline_bench import Side, cpu_s, fresh, handled, measure_raw, pct, scrape, start_worker  # noqa: E402
+
+from app.settings import Settings, load_settings  # noqa: E402
+from app.stack.manager import Stack  # noqa: E402
+from app.stream import topics  # noqa: E402
+from app.stream.inspect import read_topic  # noqa: E402
+from app.stream.topics import drop_topics  # noqa: E402
+from app.transactions.producer import replay_messages  # noqa: E402
+from tests.support.pipeline import lines_of, make_log, replay  # noqa: E402
+from tests.support.procs import wait_until  # noqa: E402
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+BUDGET_MS = 50.0
+#: the cold part of a step: input appended within this many seconds of the first event
+COLD_S = 4.0
+OVERLOAD = 1.3
+OVERLOAD_S = 30.0
+RECOVER_LOAD = 0.5
+RECOVER_S = 30.0
+
+
+@dataclass
+class Step:
+    offered: float
+    events: int
+    steady_p50: float
+    steady_p99: float
+    cold_p99: float
+    cold_max: float
+    cpu_us: float
+    mean_batch: float
+    served_rate: float
+    within_budget: float  # share of steady events served within the budget
+
+    @property
+    def ok(self) -> bool:
+        return self.steady_p99 <= BUDGET_MS
+
+
+@dataclass
+class Timeline:
+    """Per second of the overload run: what was offered, served, held back, and how late."""
+
+    appended: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    served: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    latency: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    rss_mb: dict[int, float] = field(default_factory=dict)
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def batch_mean(text: str) -> float:
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith("fraudstream_batch_size_sum "):
+            total = float(line.split()[1])
+        elif line.startswith("fraudstream_batch_size_count "):
+            count = float(line.split()[1])
+    return total / count if count else float("nan")
+
+
+def latencies(settings: Settings) -> list[tuple[int, float, int]]:
+    """(source append ms, event → served row ms, served append ms) of every served row."""
+    appended = {(r.partition, r.offset): r.timestamp_ms
+                for r in asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS),
+                                                timeout_s=300))}
+    out = []
+    for r in asyncio.run(read_topic(settings, settings.topic(topics.FEATURES_SERVED),
+                                    timeout_s=300)):
+        row = orjson.loads(r.value)
+        if row.get("redelivered"):
+            continue
+        source = appended[(row["partition"], row["offset"])]
+        out.append((source, float(r.timestamp_ms - source), r.timestamp_ms))
+    return out
+
+
+def feed(settings: Settings, lines: list[bytes], phases: list[tuple[float, float]]) -> int:
+    """Replay `lines` through the phases (rate, seconds) back to back; returns lines fed."""
+    at = 0
+    for rate, seconds in phases:
+        n = int(rate * seconds)
+        report = asyncio.run(replay_messages(settings, lines[at:at + n], rate=rate))
+        assert report.errors == 0
+        at += n
+    return at
+
+
+def run_step(base: Settings, lines: list[bytes], rate: float, seconds: float, tmp: Path) -> Step:
+    settings = fresh(base, uuid.uuid4().hex[:6])
+    try:
+        worker = start_worker(settings, tmp)
+        try:
+            c0 = cpu_s(worker.pid)
+            n = feed(settings, lines, [(rate, seconds)])
+            wait_until(lambda: handled(worker.port) >= n, timeout_s=120 + seconds,
+                       interval_s=0.25, what="every transaction handled")
+            cpu = cpu_s(worker.pid) - c0
+            mean_batch = batch_mean(scrape(worker.port))
+        finally:
+            worker.stop()
+        rows = latencies(settings)
+    finally:
+        asyncio.run(drop_topics(settings))
+    first = min(src for src, _, _ in rows)
+    cold = [lat for src, lat, _ in rows if src < first + COLD_S * 1000]
+    steady = [lat for src, lat, _ in rows if src >= first + COLD_S * 1000]
+    span = (max(s for _, _, s in rows) - min(s for _, _, s in rows)) / 1000
+    return Step(rate, len(rows), pct(steady, 0.5), pct(steady, 0.99), pct(cold, 0.99),
+                max(cold, default=float("nan")), cpu / max(1, n) * 1e6, mean_batch,
+                len(rows) / max(1e-3, span),
+                sum(1 for v in steady if v <= BUDGET_MS) / max(1, len(steady)))
+
+
+def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> None:
+    high, low = OVERLOAD * slo, RECOVER_LOAD * slo
+    settings = fresh(base, uuid.uuid4().hex[:6])
+    timeline = Timeline()
+    try:
+        worker = start_worker(settings, tmp)
+        stop = threading.Event()
+        t0 = time.time()
+
+        def sample() -> None:
+            while not stop.wait(1.0):
+                timeline.rss_mb[int(time.time() - t0)] = rss_mb(worker.pid)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            start_ms = time.time_ns() // 1_000_000
+            n = feed(settings, lines, [(high, OVERLOAD_S), (low, RECOVER_S)])
+            wait_until(lambda: handled(worker.port) >= n, timeout_s=300, interval_s=0.5,
+                       what="every transaction handled")
+        finally:
+            stop.set()
+            sampler.join()
+            worker.stop()
+        rows = latencies(settings)
+    finally:
+        asyncio.run(drop_topics(settings))
+    for src, lat, served in rows:
+        timeline.appended[(src - start_ms) // 1000] += 1
+        timeline.served[(served - start_ms) // 1000] += 1
+        timeline.latency[(src - start_ms) // 1000].append(lat)
+    print(f"overload: {high:,.0f} ev/s for {OVERLOAD_S:.0f} s, then {low:,.0f} ev/s for "
+          f"{RECOVER_S:.0f} s (per second: appended, served, backlog, worker RSS, p99 of the "
+          f"events appended then)")
+    backlog = 0
+    last = max(max(timeline.appended), max(timeline.served))
+    for sec in range(0, last + 1):
+        backlog += timeline.appended.get(sec, 0) - timeline.served.get(sec, 0)
+        lat = timeline.latency.get(sec, [])
+        print(f"  t={sec:3d}s appended {timeline.appended.get(sec, 0):6d} served "
+              f"{timeline.served.get(sec, 0):6d} backlog {backlog:7d} RSS "
+              f"{timeline.rss_mb.get(sec, float('nan')):6.0f} MB p99 {pct(lat, 0.99):8.1f} ms")
+    drop = int(OVERLOAD_S)
+    back = next((sec for sec in range(drop, last + 1)
+                 if all(pct(timeline.latency.get(s, []), 0.99) <= BUDGET_MS
+                        for s in range(sec, last + 1) if timeline.latency.get(s))), None)
+    rss = [v for v in timeline.rss_mb.values() if v == v]
+    print(f"overload: p99 back within {BUDGET_MS:.0f} ms "
+          + (f"{back - drop} s after the drop" if back is not None else "never")
+          + f"; worker RSS {min(rss):.0f}-{max(rss):.0f} MB; peak backlog "
+          f"{max(_running(timeline)):,} events")
+
+
+def _running(timeline: Timeline) -> list[int]:
+    out, backlog = [], 0
+    for sec in range(0, max(timeline.appended) + 1):
+        backlog += timeline.appended.get(sec, 0) - timeline.served.get(sec, 0)
+        out.append(backlog)
+    return out
+
+
+def slo_rate(steps: list[Step]) -> float:
+    """The highest offered rate within budget with every lower step within budget too."""
+    best = 0.0
+    for step in sorted(steps, key=lambda s: s.offered):
+        if not step.ok:
+            break
+        best = step.offered
+    return best
+
+
+@click.command()
+@click.option("--steps", default="0.05,0.10,0.15,0.20,0.25,0.30,0.35",
+              show_default=True, help="Offered rates as shares of the raw loop's backlog rate.")
+@click.option("--seconds", default=25.0, show_default=True, help="Input per step.")
+@click.option("--raw-runs", default=2, show_default=True)
+@click.option("--raw-txns", default=200_000, show_default=True)
+@click.option("--overload/--no-overload", default=True, show_default=True)
+@click.option("--docs/--no-docs", default=False, show_default=True,
+              help="Append the run to docs/benchmarks/live_load.md.")
+def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, overload: bool,
+         docs: bool) -> None:
+    base = load_settings()
+    stack = Stack(base)
+    stack.up()
+    broker_pid = stack.kafka.process.pid() if stack.manages_kafka else None
+    base = base.replace(kafka_bootstrap=base.effective_kafka_bootstrap,
+                        redis_url=base.effective_redis_url)
+    shares = [float(s) for s in steps.split(",")]
+    raws: list[Side] = []
+    backlog_lines = lines_of(make_log(cards=max(500, raw_txns // 20), txns=raw_txns, seed=3))
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(raw_runs):
+            settings = fresh(base, uuid.uuid4().hex[:6])
+            try:
+                replay(settings, backlog_lines)
+                raws.append(measure_raw(settings, len(backlog_lines), broker_pid))
+            finally:
+                asyncio.run(drop_topics(settings))
+            print(f"raw loop: {raws[-1].rate:,.0f} ev/s ({raws[-1].cpu_us_per_event:.1f} µs "
+                  f"CPU/ev)", flush=True)
+        raw = statistics.median(r.rate for r in raws)
+        need = int(max(shares) * raw * seconds * 1.05)
+        if overload:
+            need = max(need, int(raw * max(shares) * (OVERLOAD * OVERLOAD_S
+                                                      + RECOVER_LOAD * RECOVER_S)))
+        lines = lines_of(make_log(cards=max(10_000, need // 40), txns=need, seed=5))
+        results: list[Step] = []
+        print(f"{'offered':>9s} {'share':>6s} {'p50':>7s} {'p99':>8s} {'cold p99':>9s} "
+              f"{'cold max':>9s} {'in budget':>9s} {'µs/ev':>6s} {'batch':>6s}", flush=True)
+        for share in shares:
+            step = run_step(base, lines, share * raw, seconds, Path(tmp))
+            results.append(step)
+            print(f"{step.offered:9,.0f} {share:6.2f} {step.steady_p50:7.1f} "
+                  f"{step.steady_p99:8.1f} {step.cold_p99:9.1f} {step.cold_max:9.1f} "
+                  f"{step.within_budget:9.3%} {step.cpu_us:6.1f} {step.mean_batch:6.1f}",
+                  flush=True)
+        slo = slo_rate(results)
+        at = next((s for s in results if s.offered == slo), None)
+        print(f"SLO rate (steady p99 ≤ {BUDGET_MS:.0f} ms): {slo:,.0f} ev/s = "
+              f"{slo / raw:.3f}× the raw loop ({raw:,.0f} ev/s)"
+              + (f"; cold p99 at that rate {at.cold_p99:.1f} ms" if at else ""), flush=True)
+        if overload and slo > 0:
+            run_overload(base, lines, slo, Path(tmp))
+    if docs:
+        from bench_report import write_live_load
+
+        write_live_load(DOCS, raw, results, slo, command=" ".join(
+            ["benchmarks/live_load.py", *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    main()
