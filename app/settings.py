@@ -194,8 +194,8 @@ class Settings:
     )
     state_interval_ms: int = _env(
         "FRAUDSTREAM_STATE_INTERVAL_MS",
-        "Under lag, how often a worker writes the card state its batches changed (one changelog "
-        "record per card for all of them) and acks their input; an idle input writes at once.",
+        "How often a worker writes the card state its batches changed (one changelog record per "
+        "card for all of them) and acks their input, at any load; 0: with every batch.",
         1000,
     )
     producer_linger_ms: float = _env(

@@ -172,6 +172,12 @@ class HybridScorer:
         bound = "never" if self.min_batch == NEVER else str(self.min_batch)
         return f"hybrid({_short(self.gpu.active_provider)}>={bound},{_short(self.cpu.active_provider)})"
 
+    def warm_up(self, max_rows: int) -> None:
+        """Warm the CPU session (the CUDA one was warmed per bucket when it was bound)."""
+        warm = getattr(self.cpu, "warm_up", None)
+        if warm is not None:
+            warm(max_rows)
+
     def scorer_for(self, rows: int) -> Scorer:
         """The scorer a batch of `rows` rows goes to."""
         return self.gpu if rows >= self.min_batch else self.cpu

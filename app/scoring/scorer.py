@@ -141,6 +141,17 @@ class OnnxScorer:
         """The execution provider the session actually runs on."""
         return self._provider
 
+    def warm_up(self, max_rows: int) -> None:
+        """Run the session once per power-of-two batch size up to `max_rows` (uncounted), so
+        that the first real batches pay no first-call allocation."""
+        rows = 1
+        while True:
+            self.session.run([OUTPUT_NAME], {
+                self._input: np.zeros((min(rows, max_rows), self.spec.width), dtype=np.float32)})
+            if rows >= max_rows:
+                return
+            rows *= 2
+
     def score(self, matrix: np.ndarray) -> np.ndarray:
         """Fraud probabilities, float32 [N], for a float32 [N, F] matrix from `features_matrix`."""
         check_input(matrix, self.spec.width)

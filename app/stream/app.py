@@ -189,8 +189,12 @@ def create_app(
     @app.task
     async def score() -> None:  # pragma: no cover - exercised end to end
         app.consumer.settlers.append(engine.settle)  # a revoke commits what the engine finished
+        # before the first batch: whatever the first produce or inference would pay
+        stage.warm(settings.max_batch)
         try:
-            await sink.warm([card_state.changelog_topic.get_topic_name()])
+            leaderless = await sink.warm([card_state.changelog_topic.get_topic_name()])
+            if leaderless:
+                log.warning("partitions still without a leader: %s", ", ".join(leaderless))
         except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
             log.warning("output topics' metadata not fetched ahead (%r)", exc)
         await engine.run()

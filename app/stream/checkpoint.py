@@ -14,7 +14,7 @@ scores k+1. Steps complete strictly in submission order.
 
 Under lag the card state need not follow every batch: a batch may be submitted without cards
 (`cards=None`), its changed cards then go with the next batch that carries a snapshot (the
-engine takes one when its input is idle, or every `state_interval` under lag, and `seal`s the
+engine takes one every `state_interval`, when an idle input makes it due, and `seal`s the
 newest batch before a drain). Such a durable point completes every batch before it at once:
 their outputs are all acknowledged first, then one changelog record per card (its newest),
 then all their messages are acked. A batch waiting only for a later snapshot no longer counts

@@ -3,9 +3,11 @@
 No waiting to fill a batch: the engine takes whatever chunks the consumer has queued (one at
 least), up to `max_batch` messages, so an idle input is served at once and batches grow under
 lag. A batch is folded and scored while earlier ones are still being made durable by the
-checkpoint (app.stream.checkpoint). A batch that empties the input carries a snapshot of the
-cards changed so far; under lag one batch in every `state_interval_s` does, so a card changed
-by many batches meanwhile is serialized and written to the changelog once. A rebalance (a new
+checkpoint (app.stream.checkpoint); its outputs (what latency is measured to) are sent at once.
+One batch in every `state_interval_s` carries a snapshot of the cards changed so far, whatever
+the load, so a card changed by many batches meanwhile is serialized and written to the
+changelog once, and small live batches pay no changelog write of their own; an input that goes
+idle gets its snapshot when it falls due, so nothing waits for a later batch. A rebalance (a new
 generation) first seals and drains the checkpoint, then drops the decoded card states:
 partitions may have moved, and the table is the truth.
 """
@@ -64,10 +66,6 @@ class ScoreEngine:
         self._seal()
         await self.checkpoint.drain()
 
-    def _input_idle(self) -> bool:
-        """Nothing fetched is waiting for the engine."""
-        return self._pending is None and self.app.consumer.chunk_queue(self.topic).empty()
-
     def _seal(self) -> None:
         """Between batches: let every submitted batch complete (snapshot the changed cards)."""
         if not self.checkpoint.sealed:
@@ -80,14 +78,12 @@ class ScoreEngine:
         runner.add_done_callback(self._on_checkpoint_done)
         try:
             while True:
-                chunk = await self._take()
+                chunk = await self._next()
                 self._idle.clear()
                 try:
                     await self.process(chunk)
                 finally:
                     self._idle.set()
-                if self._input_idle():
-                    self._seal()  # nothing submitted waits for a later snapshot
         except asyncio.CancelledError:
             # no changelog record of ours may reach Kafka after this worker left the group
             # (another worker may already have restored those cards): finish what is in flight.
@@ -109,6 +105,21 @@ class ScoreEngine:
         exc = task.exception()
         log.error("stopping the worker: a batch could not be made durable (%r)", exc)
         asyncio.ensure_future(self.app.crash(exc))
+
+    async def _next(self) -> Chunk:
+        """The next batch. While submitted batches wait for a snapshot, an input that stays idle
+        until the snapshot is due gets it then (they complete without a later batch)."""
+        queue = self.app.consumer.chunk_queue(self.topic)
+        while self._pending is None and queue.empty() and not self.checkpoint.sealed:
+            due = self._snapshot_at + self.state_interval_s - self._clock()
+            if due <= 0:
+                self._seal()
+                break
+            try:
+                self._pending = await asyncio.wait_for(queue.get(), due)
+            except TimeoutError:
+                self._seal()
+        return await self._take()
 
     async def _take(self) -> Chunk:
         """The next batch: the queued chunks of one generation, up to `max_batch` messages."""
@@ -151,9 +162,8 @@ class ScoreEngine:
         for tp in {m.tp for m in messages}:
             inbound[tp] = mono  # Faust's livelock detector: this partition is served
         metrics.BATCH_SIZE.observe(len(messages))
-        # the input is empty after this batch, or state was last written long enough ago
-        snapshot = (self._input_idle()
-                    or self._clock() - self._snapshot_at >= self.state_interval_s)
+        # one changelog record per changed card per interval, at any load: under lag and live
+        snapshot = self._clock() - self._snapshot_at >= self.state_interval_s
         t0 = time.perf_counter()
         outcome = self.pipeline.process(messages, snapshot=snapshot)
         t1 = time.perf_counter()

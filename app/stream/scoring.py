@@ -41,6 +41,12 @@ class ScoringStage:
     def version(self) -> str:
         return self._active.version
 
+    def warm(self, max_rows: int) -> None:
+        """Run the active model once per batch size class before the first batch."""
+        warm = getattr(self._active.scorer, "warm_up", None)
+        if warm is not None:
+            warm(max_rows)
+
     def offer(self, model: LoadedModel) -> None:
         """Queue a validated model; it becomes active at the start of the next batch."""
         self._pending = model

@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Any
 
 from aiokafka.partitioner import murmur2
+from aiokafka.structs import TopicPartition
 
 from app.stream.records import OutRecord
 
@@ -47,12 +48,24 @@ class BatchSink:
             count = self._partitions[topic] = len(await producer.partitions_for(topic))
         return count
 
-    async def warm(self, extra: Iterable[str] = ()) -> None:
-        """Learn every output topic's partitions before the first batch, so that no batch (the
-        first to emit an action or a dead letter, say) waits on a metadata lookup."""
+    async def warm(self, extra: Iterable[str] = (), *, timeout_s: float = 10.0) -> list[str]:
+        """Learn every output topic's partitions, and wait until each has a leader, before the
+        first batch, so that no batch (the first to emit an action or a dead letter, say) waits
+        on a metadata lookup, nor on the retries of a produce to a partition created moments ago
+        (the card changelog of a worker that has just created it). Returns the partitions still
+        without a leader when `timeout_s` ran out (they are produced to all the same)."""
         producer = self._producer()
-        for topic in (*self._names.values(), *extra):
+        names = [*self._names.values(), *extra]
+        for topic in names:
             await self._partition_count(producer, topic)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            leaderless = _leaderless(producer.client.cluster, names)
+            if not leaderless or loop.time() > deadline:
+                return leaderless
+            await asyncio.sleep(0.05)
+            await producer.client.force_metadata_update()
 
     async def send(self, records: Iterable[OutRecord]) -> list[asyncio.Future[Any]]:
         """Route records by key to partitions and send them; nothing is awaited but queueing."""
@@ -69,6 +82,17 @@ class BatchSink:
                       ) -> list[asyncio.Future[Any]]:
         """Send entries to the given (topic, partition)s, a record batch per partition."""
         return [future for future, _ in await send_grouped(self._producer(), grouped)]
+
+
+def _leaderless(cluster: Any, topics: Iterable[str]) -> list[str]:
+    """`topic:partition` of every partition the cluster metadata shows without a leader."""
+    out = []
+    for topic in topics:
+        for partition in sorted(cluster.partitions_for_topic(topic) or ()):
+            leader = cluster.leader_for_partition(TopicPartition(topic, partition))
+            if leader is None or leader < 0:
+                out.append(f"{topic}:{partition}")
+    return out
 
 
 async def send_grouped(producer: Any, grouped: Mapping[tuple[str, int], Sequence[Entry]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from app.stream.records import OutRecord
@@ -18,13 +19,35 @@ class _Batch:
         return object()
 
 
+class _Cluster:
+    """Metadata: partitions get a leader after `elected_after` refreshes."""
+
+    def __init__(self, partitions: dict[str, int], elected_after: int) -> None:
+        self.partitions = partitions
+        self.refreshes = 0
+        self.elected_after = elected_after
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(self.partitions[topic]))
+
+    def leader_for_partition(self, tp: Any) -> int:
+        return 1 if self.refreshes >= self.elected_after else -1
+
+    async def force_metadata_update(self) -> bool:
+        self.refreshes += 1
+        return True
+
+
 class _Producer:
     """The part of aiokafka's producer the sink uses; counts metadata lookups."""
 
-    def __init__(self, partitions: dict[str, int]) -> None:
+    def __init__(self, partitions: dict[str, int], elected_after: int = 0) -> None:
         self.partitions = partitions
         self.lookups: list[str] = []
         self.sent: list[tuple[str, int, list[tuple[bytes | None, bytes]]]] = []
+        cluster = _Cluster(partitions, elected_after)
+        self.client = SimpleNamespace(cluster=cluster,
+                                      force_metadata_update=cluster.force_metadata_update)
 
     async def partitions_for(self, topic: str) -> set[int]:
         self.lookups.append(topic)
@@ -41,8 +64,20 @@ class _Producer:
 async def test_warm_learns_every_output_topic_before_the_first_batch() -> None:
     producer = _Producer({"p.served": 8, "p.actions": 4, "changelog": 8})
     sink = BatchSink(lambda: producer, {"features.served": "p.served", "actions": "p.actions"})
-    await sink.warm(["changelog"])
+    assert await sink.warm(["changelog"]) == []
     assert sorted(producer.lookups) == ["changelog", "p.actions", "p.served"]
     await sink.send([OutRecord("actions", b"c0001", b"{}", ())])
     assert sorted(producer.lookups) == ["changelog", "p.actions", "p.served"]  # none on the way
     assert producer.sent == [("p.actions", partition_for(b"c0001", b"{}", 4), [(b"c0001", b"{}")])]
+
+
+async def test_warm_waits_until_every_partition_has_a_leader() -> None:
+    """A changelog the worker has just created has no leader yet: a first produce to it would
+    wait for metadata retries inside a served batch, so warm waits for the election instead."""
+    producer = _Producer({"p.served": 2, "changelog": 2}, elected_after=3)
+    sink = BatchSink(lambda: producer, {"features.served": "p.served"})
+    assert await sink.warm(["changelog"]) == []
+    assert producer.client.cluster.refreshes == 3
+    stuck = _Producer({"p.served": 2}, elected_after=1_000_000)
+    assert await BatchSink(lambda: stuck, {"features.served": "p.served"}).warm(
+        timeout_s=0.12) == ["p.served:0", "p.served:1"]

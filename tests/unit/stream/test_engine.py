@@ -1,0 +1,126 @@
+"""The score engine: live batches send their outputs at once; card state once per interval, also
+when the input goes idle; nothing of a batch is acked before a snapshot covers it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from faust.types import TP
+from stream_support import message, real_consumer
+
+from app.stream.checkpoint import Checkpoint
+from app.stream.consumer import Chunk
+from app.stream.engine import ScoreEngine
+from app.stream.pipeline import TransactionPipeline
+from app.stream.sequencer import PartitionSequencer
+
+T0 = 1_767_225_600_000
+TX = TP("transactions", 0)
+
+
+class Store:
+    def load(self, card_id: str) -> bytes | None:
+        return None
+
+    def save(self, card_id: str, data: bytes, partition: int) -> None:
+        raise AssertionError("the engine writes cards through the checkpoint")
+
+
+class Broker:
+    """Acknowledges every produce at once and records what was written."""
+
+    def __init__(self) -> None:
+        self.outputs: list[int] = []
+        self.cards: list[set[bytes]] = []
+
+    async def send(self, records: Any) -> list[asyncio.Future[None]]:
+        self.outputs.append(len(records))
+        return [_done()]
+
+    async def write(self, cards: Any) -> list[asyncio.Future[None]]:
+        self.cards.append(set(cards))
+        return [_done()]
+
+
+def _done() -> asyncio.Future[None]:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(None)
+    return fut
+
+
+class Stage:
+    def run(self, scored: Any) -> list[Any]:
+        return []
+
+
+def txn(i: int, card: str) -> bytes:
+    return orjson.dumps({"txn_id": f"t{i}", "card_id": card, "ts_ms": T0 + i * 1000,
+                         "amount_minor": 1000, "currency": "EUR", "merchant_id": "m1",
+                         "mcc": 5411, "country": "FR", "channel": "pos"})
+
+
+async def wait_for(condition: Any, timeout_s: float = 2.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+async def test_live_batches_share_one_snapshot_per_interval_and_idle_input_gets_it_when_due(
+) -> None:
+    consumer, _ = real_consumer({TX: 0}, assigned={TX})
+    consumer.app.topics.acks_enabled_for = lambda topic: True
+    broker = Broker()
+    pipeline = TransactionPipeline(Store(), clock_ms=lambda: T0 + 86_400_000,
+                                   allowed_lateness_ms=300_000, max_message_bytes=65_536)
+    engine = ScoreEngine(
+        consumer.app, pipeline, Stage(), PartitionSequencer(consumer.app),
+        lambda ack: Checkpoint(broker.send, broker, ack, max_in_flight=4),
+        topic="transactions", max_batch=64, state_interval_s=0.3)
+    queue = consumer.chunk_queue("transactions")
+    task = asyncio.ensure_future(engine.run())
+    try:
+        t0 = asyncio.get_running_loop().time()
+        for i, card in enumerate(["c1", "c2", "c1"]):  # three live batches, input idle between
+            m = message(TX, i, value=txn(i, card))
+            consumer._unacked_messages.add(m)
+            queue.put_nowait(Chunk(1, [m]))
+            await wait_for(lambda n=i: len(broker.outputs) == n + 1)
+        # outputs went at once, batch by batch; no card written, nothing acked yet
+        assert broker.cards == [] and not consumer._acked.get(TX)
+        await wait_for(lambda: broker.cards, timeout_s=2.0)
+        assert asyncio.get_running_loop().time() - t0 >= 0.25  # not before it fell due
+        assert broker.cards == [{b"c1", b"c2"}]  # one record per card for all three batches
+        assert consumer._acked[TX] == [0, 1, 2]
+        await asyncio.sleep(0.4)
+        assert len(broker.cards) == 1  # nothing changed since: no empty snapshot
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_with_no_interval_every_batch_carries_its_cards() -> None:
+    consumer, _ = real_consumer({TX: 0}, assigned={TX})
+    consumer.app.topics.acks_enabled_for = lambda topic: True
+    broker = Broker()
+    pipeline = TransactionPipeline(Store(), clock_ms=lambda: T0 + 86_400_000,
+                                   allowed_lateness_ms=300_000, max_message_bytes=65_536)
+    engine = ScoreEngine(
+        consumer.app, pipeline, Stage(), PartitionSequencer(consumer.app),
+        lambda ack: Checkpoint(broker.send, broker, ack, max_in_flight=4),
+        topic="transactions", max_batch=64, state_interval_s=0.0)
+    queue = consumer.chunk_queue("transactions")
+    task = asyncio.ensure_future(engine.run())
+    try:
+        for i, card in enumerate(["c1", "c2"]):
+            m = message(TX, i, value=txn(i, card))
+            consumer._unacked_messages.add(m)
+            queue.put_nowait(Chunk(1, [m]))
+            await wait_for(lambda n=i: len(broker.cards) == n + 1)
+        assert broker.cards == [{b"c1"}, {b"c2"}]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
