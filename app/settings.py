@@ -204,6 +204,12 @@ class Settings:
         "(0: send as soon as the connection is free; each batch is one record batch already).",
         0.0,
     )
+    latency_budget_ms: float = _env(
+        "FRAUDSTREAM_LATENCY_BUDGET_MS",
+        "The event → served-row latency budget `fraudstream watch` and the dashboard measure p99 "
+        "and the share of events within against (milliseconds).",
+        50.0,
+    )
     max_wait_s: float = _env(
         "FRAUDSTREAM_MAX_WAIT_S",
         "Longest wait to fill a dispatch batch (seconds); scoring never waits to fill one.",

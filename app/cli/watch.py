@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 import click
 from rich.console import Console
 
 from app.settings import Settings, load_settings
+from app.watch.frame import Frame, Reading
+
+#: The window of the latency budget's view (seconds of readings).
+BUDGET_WINDOW_S = 60.0
 
 
 @click.command(context_settings={"max_content_width": 120})
@@ -58,19 +63,29 @@ async def _watch(settings: Settings, workers: list[str], service: str, *, interv
     title = f"fraudstream watch · {settings.app_id} · {settings.topic('transactions')}"
     loop = asyncio.get_running_loop()
     stop_at = None if duration is None else loop.time() + duration
+    budget_s = settings.latency_budget_ms / 1000
     async with open_sources(settings, workers, service) as sources:
         before = await sources.read()
+        # readings of the last minute: the latency budget is shown over that window
+        minute: deque[Reading] = deque([before])
+
+        def frame_of(now: Reading) -> Frame:
+            while len(minute) > 1 and now.at_s - minute[1].at_s >= BUDGET_WINDOW_S:
+                minute.popleft()
+            return build_frame(now, before, group=settings.app_id, minute_ago=minute[0],
+                               budget_s=budget_s)
+
         if once:
             await asyncio.sleep(interval)  # a second reading, for rates
             now = await sources.read()
-            console.print(render(build_frame(now, before, group=settings.app_id), title=title))
+            console.print(render(frame_of(now), title=title))
             return
-        frame = build_frame(before, None, group=settings.app_id)
+        frame = build_frame(before, None, group=settings.app_id, budget_s=budget_s)
         with Live(render(frame, title=title), console=console, auto_refresh=False,
                   screen=False) as live:
             while stop_at is None or loop.time() < stop_at:
                 await asyncio.sleep(interval)  # the refresh period
                 now = await sources.read()
-                live.update(render(build_frame(now, before, group=settings.app_id),
-                                   title=title), refresh=True)
+                live.update(render(frame_of(now), title=title), refresh=True)
+                minute.append(now)
                 before = now

@@ -58,6 +58,21 @@ class PartitionRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Budget:
+    """Event → served row against the latency budget, over the last minute of readings."""
+
+    budget_s: float
+    p99_s: float | None
+    within: float | None  # share of the events served within the budget
+    events: int
+    window_s: float  # how much of the last minute the readings cover
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.p99_s is None else self.p99_s <= self.budget_s
+
+
+@dataclass(frozen=True, slots=True)
 class Frame:
     """What one refresh shows."""
 
@@ -76,6 +91,7 @@ class Frame:
     workers_up: int
     workers_total: int
     service_up: bool
+    budget: Budget | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -87,8 +103,25 @@ def _processed(s: Samples) -> float:
     return sum(s.total(name) for name in PROCESSED)
 
 
-def build_frame(now: Reading, before: Reading | None, *, group: str) -> Frame:
-    """The screen for reading `now`; rates and recent quantiles need the previous reading."""
+def budget_of(now: Reading, since: Reading | None, budget_s: float) -> Budget:
+    """Event → served row between `since` (about a minute ago; None: since the start) and now:
+    p99 and the share within `budget_s` (counted at the largest histogram bound ≤ the budget,
+    so never overstated)."""
+    name, hop = "fraudstream_hop_seconds", "event_to_served"
+    cum = buckets(now.workers, name, hop=hop)
+    if since is not None:
+        cum = bucket_delta(cum, buckets(since.workers, name, hop=hop))
+    events = int(cum[-1][1]) if cum else 0
+    inside = max((n for le, n in cum if le <= budget_s), default=0.0)
+    return Budget(budget_s, quantile(0.99, cum) if events else None,
+                  inside / events if events else None, events,
+                  now.at_s - since.at_s if since is not None else 0.0)
+
+
+def build_frame(now: Reading, before: Reading | None, *, group: str,
+                minute_ago: Reading | None = None, budget_s: float = 0.05) -> Frame:
+    """The screen for reading `now`; rates and recent quantiles need the previous reading, the
+    latency budget's view the oldest reading of the last minute (`minute_ago`)."""
     dt = now.at_s - before.at_s if before is not None else 0.0
     prev = before
     ends_now = sum(p.end for p in now.offsets.values())
@@ -124,7 +157,8 @@ def build_frame(now: Reading, before: Reading | None, *, group: str) -> Frame:
         replays_absorbed=int(now.service.total("action_service_replays_absorbed_total")),
         models=list(dict.fromkeys(models)),
         workers_up=now.workers_up, workers_total=now.workers_total,
-        service_up=now.service_up, problems=problems,
+        service_up=now.service_up, budget=budget_of(now, minute_ago, budget_s),
+        problems=problems,
     )
 
 

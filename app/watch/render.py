@@ -22,6 +22,18 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1000:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
 
 
+def _budget(frame: Frame) -> Text:
+    b = frame.budget
+    assert b is not None
+    window = "since start" if not b.window_s else f"last {b.window_s:.0f} s"
+    if b.p99_s is None:
+        return Text(f"latency budget {b.budget_s * 1000:.0f} ms: no event served ({window})")
+    share = "-" if b.within is None else f"{b.within:.2%}"
+    return Text(f"latency budget: p99 event → served {_ms(b.p99_s)} of "
+                f"{b.budget_s * 1000:.0f} ms, {share} of {b.events:,} events within ({window})",
+                style="green" if b.met else "red")
+
+
 def render(frame: Frame, *, title: str) -> RenderableType:
     """The whole screen for one refresh."""
     stats = (f"in {_rate(frame.in_per_s)}   out {_rate(frame.out_per_s)}   "
@@ -29,6 +41,8 @@ def render(frame: Frame, *, title: str) -> RenderableType:
              f"workers {frame.workers_up}/{frame.workers_total}")
     models = ", ".join(f"{v} on {p}" for v, p in frame.models) or "no worker reports a model"
     head = [Text(title, style="bold"), Text(stats), Text(f"model {models}")]
+    if frame.budget is not None:
+        head.append(_budget(frame))
 
     parts = Table("partition", "lag (msgs)", "lag (s)", title="transactions: consumer lag",
                   title_justify="left")

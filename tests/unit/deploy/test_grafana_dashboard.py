@@ -153,3 +153,17 @@ def test_the_dashboard_shows_what_watch_reads(board: dict) -> None:
     assert missing == set()
     # the two things watch takes from Kafka: end offsets (in) and the group's lag
     assert {"kafka_topic_partition_current_offset", "kafka_consumergroup_lag"} <= queried
+
+
+def test_the_dashboard_shows_the_latency_budget(board: dict) -> None:
+    """p99 event → served against 50 ms and the share of events within it, as watch shows."""
+    exprs = [t["expr"] for p in dash.panels(board) for t in p.get("targets", [])]
+    assert any('hop="event_to_served"' in e and e.startswith("histogram_quantile(0.99")
+               for e in exprs)
+    assert any('le="0.05"' in e and 'fraudstream_hop_seconds_count{hop="event_to_served"}' in e
+               for e in exprs)
+    budget = [p for p in dash.panels(board) if "budget" in p.get("title", "")]
+    steps = [s["value"] for p in budget
+             for s in p.get("fieldConfig", {}).get("defaults", {}).get("thresholds", {})
+             .get("steps", []) if s["value"] is not None]
+    assert 0.05 in steps

@@ -89,3 +89,32 @@ def test_screen_shows_every_part() -> None:
     assert "scored 600 · dead-lettered 30" in text
     assert "action service not answering" in text
     assert "the action service's /metrics did not answer" in text
+
+
+def _served(at: float, within: int, total: int) -> Reading:
+    """A reading whose event → served histogram holds `within` events ≤ 50 ms of `total`."""
+    lines = [f'fraudstream_hop_seconds_bucket{{hop="event_to_served",le="{le}"}} {n}.0'
+             for le, n in (("0.025", within // 2), ("0.05", within), ("0.1", total),
+                           ("+Inf", total))]
+    lines.append(f'fraudstream_hop_seconds_count{{hop="event_to_served"}} {total}.0')
+    return _reading(at, ["\n".join(lines) + "\n"], None, {})
+
+
+def test_the_latency_budget_is_shown_over_the_last_minute_of_readings() -> None:
+    early, minute_ago = _served(0.0, 90, 1000), _served(10.0, 100, 1000)
+    now = _served(70.0, 8_200, 10_000)
+    frame = build_frame(now, _served(69.0, 8_000, 9_800), group="g", minute_ago=minute_ago,
+                        budget_s=0.05)
+    b = frame.budget
+    assert b is not None and (b.events, b.window_s) == (9_000, 60.0)
+    assert b.within == pytest.approx(0.9)  # 8,100 of the 9,000 events of the last minute
+    assert b.p99_s is not None and 0.05 < b.p99_s <= 0.1 and b.met is False
+    since_start = build_frame(early, None, group="g").budget
+    assert since_start is not None and since_start.within == pytest.approx(0.09)
+    assert since_start.window_s == 0.0
+    # a budget between histogram bounds counts at the bound below it: never overstated
+    assert build_frame(now, None, group="g", budget_s=0.07).budget.within == pytest.approx(0.82)
+    console = Console(width=160, record=True, color_system=None)
+    console.print(render(frame, title="t"))
+    text = console.export_text()
+    assert "of 50 ms, 90.00% of 9,000 events within (last 60 s)" in text
