@@ -195,6 +195,7 @@ def create_app(
     @app.task
     async def score() -> None:  # pragma: no cover - exercised end to end
         app.consumer.settlers.append(engine.settle)  # a revoke commits what the engine finished
+        app.consumer.busy_probes.append(engine.busy)
         # before the first batch: whatever the first produce or inference would pay
         stage.warm(settings.max_batch)
         try:

@@ -60,6 +60,10 @@ TESTED_FAUST = ((0, 15, 3), (0, 16, 0))
 SEEK_TARGET_TTL_S = 3.0
 #: Fetched chunks waiting for a loop, per topic; a full queue stops fetching that topic.
 CHUNK_QUEUE_SIZE = 4
+#: While a loop is busy, a fetch may wait at the broker for this many bytes per partition...
+BUSY_FETCH_MIN_BYTES_PER_PARTITION = 16 * 1024
+#: ...but no longer than this (ms); an idle worker's fetch returns as soon as a record arrives.
+BUSY_FETCH_MAX_WAIT_MS = 5
 #: How long a revoke waits for the engine's in-flight batches before it commits what is done.
 SETTLE_ON_REVOKE_S = 10.0
 
@@ -120,6 +124,9 @@ class FraudConsumer(faust_aiokafka.Consumer):
         self.rewinds = 0
         #: awaited on revoke before the commit: lets the loops finish what they have in flight
         self.settlers: list[Callable[[], Awaitable[None]]] = []
+        #: asked before each fetch: True while a loop has work (a batch being processed)
+        self.busy_probes: list[Callable[[], bool]] = []
+        self._fetch_idle: tuple[int, int] | None = None  # aiokafka's own (min bytes, max wait)
 
     def chunk_queue(self, topic: str) -> ChunkQueue:
         """The queue of fetched chunks of a chunk topic (created on first use)."""
@@ -233,9 +240,31 @@ class FraudConsumer(faust_aiokafka.Consumer):
                          exc)
         await super().on_partitions_revoked(revoked)
 
+    # --- fetch pacing: larger fetches only while a loop is busy -------------------------------
+    def _busy(self) -> bool:
+        return (any(not q.empty() for q in self._chunk_queues.values())
+                or any(probe() for probe in self.busy_probes))
+
+    def pace_fetch(self, busy: bool, partitions: int) -> None:
+        """Let the next fetch wait at the broker for more records while a loop is busy (what
+        arrives meanwhile would wait for it anyway, and a fetch round trip costs the same for
+        one record as for hundreds), and return at the first record when every loop is idle."""
+        fetcher = getattr(getattr(getattr(self, "_thread", None), "_consumer", None),
+                          "_fetcher", None)
+        if fetcher is None:
+            return
+        if self._fetch_idle is None:
+            self._fetch_idle = (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms)
+        if busy:
+            fetcher._fetch_min_bytes = BUSY_FETCH_MIN_BYTES_PER_PARTITION * max(1, partitions)
+            fetcher._fetch_max_wait_ms = BUSY_FETCH_MAX_WAIT_MS
+        else:
+            fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = self._fetch_idle
+
     # --- correction 6: fetch for a copy; hand back records of paused partitions ----------------
     async def _getmany(self, active_partitions: Any, timeout: float) -> Any:  # noqa: ASYNC109
         if active_partitions is not None:
+            self.pace_fetch(self._busy(), len(active_partitions))
             active_partitions = set(active_partitions)
             if not active_partitions:
                 return {}

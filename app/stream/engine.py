@@ -4,10 +4,11 @@ No waiting to fill a batch: the engine takes whatever chunks the consumer has qu
 least), up to `max_batch` messages, so an idle input is served at once and batches grow under
 lag. A batch is folded and scored while earlier ones are still being made durable by the
 checkpoint (app.stream.checkpoint); its outputs (what latency is measured to) are sent at once.
-One batch in every `state_interval_s` carries a snapshot of the cards changed so far, whatever
-the load, so a card changed by many batches meanwhile is serialized and written to the
-changelog once, and small live batches pay no changelog write of their own; an input that goes
-idle gets its snapshot when it falls due, so nothing waits for a later batch. A rebalance (a new
+Card state goes with a snapshot of the cards changed so far, taken after a batch's outputs are
+sent (never on their way): under lag once every `state_interval_s`, so a card changed by many
+batches meanwhile is serialized and written to the changelog once; when the input goes idle (a
+live stream, between most batches) once `idle_state_interval_s` has passed since the last one,
+so live batches share a changelog write and snapshots stay small. A rebalance (a new
 generation) first seals and drains the checkpoint, then drops the decoded card states:
 partitions may have moved, and the table is the truth.
 """
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 #: How long a stopping worker waits for its in-flight batches to become durable.
 DRAIN_ON_STOP_S = 30.0
+#: An input gone idle gets its snapshot once this long has passed since the last one (a live
+#: stream goes idle between most batches: its snapshots stay small and frequent, under lag the
+#: state interval applies).
+IDLE_STATE_INTERVAL_S = 0.1
 
 
 class ScoreEngine:
@@ -42,9 +47,11 @@ class ScoreEngine:
                  sequencer: PartitionSequencer, checkpoint_factory: Callable[
                      [Callable[[Iterable[Message]], None]], Checkpoint], *,
                  topic: str, max_batch: int, state_interval_s: float = 0.0,
+                 idle_state_interval_s: float = IDLE_STATE_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if state_interval_s < 0:
-            raise ValueError(f"state_interval_s must be >= 0, got {state_interval_s}")
+        if state_interval_s < 0 or idle_state_interval_s < 0:
+            raise ValueError(f"state intervals must be >= 0, got {state_interval_s}, "
+                             f"{idle_state_interval_s}")
         self.app = app
         self.pipeline = pipeline
         self.stage = stage
@@ -53,6 +60,7 @@ class ScoreEngine:
         self.topic = topic
         self.max_batch = max_batch
         self.state_interval_s = state_interval_s
+        self.idle_state_interval_s = min(idle_state_interval_s, state_interval_s)
         self._clock = clock
         self._snapshot_at = clock()
         self._generation: int | None = None
@@ -65,6 +73,10 @@ class ScoreEngine:
         await self._idle.wait()
         self._seal()
         await self.checkpoint.drain()
+
+    def busy(self) -> bool:
+        """A batch is being processed (the consumer's fetches may then wait for more input)."""
+        return not self._idle.is_set()
 
     def _seal(self) -> None:
         """Between batches: let every submitted batch complete (snapshot the changed cards)."""
@@ -111,7 +123,7 @@ class ScoreEngine:
         until the snapshot is due gets it then (they complete without a later batch)."""
         queue = self.app.consumer.chunk_queue(self.topic)
         while self._pending is None and queue.empty() and not self.checkpoint.sealed:
-            due = self._snapshot_at + self.state_interval_s - self._clock()
+            due = self._snapshot_at + self.idle_state_interval_s - self._clock()
             if due <= 0:
                 self._seal()
                 break
@@ -162,10 +174,8 @@ class ScoreEngine:
         for tp in {m.tp for m in messages}:
             inbound[tp] = mono  # Faust's livelock detector: this partition is served
         metrics.BATCH_SIZE.observe(len(messages))
-        # one changelog record per changed card per interval, at any load: under lag and live
-        snapshot = self._clock() - self._snapshot_at >= self.state_interval_s
         t0 = time.perf_counter()
-        outcome = self.pipeline.process(messages, snapshot=snapshot)
+        outcome = self.pipeline.process(messages, snapshot=False)
         t1 = time.perf_counter()
         records = outcome.records
         records.extend(self.stage.run(outcome.scored))
@@ -173,10 +183,10 @@ class ScoreEngine:
         metrics.HOP_SECONDS.labels("features").observe(t1 - t0)
         metrics.HOP_SECONDS.labels("model").observe(t2 - t1)
         metrics.SCORED.inc(len(outcome.scored))
-        if snapshot:
-            self._snapshot_at = self._clock()
-        await self.checkpoint.submit(
-            records, self._card_writes(outcome.saves) if snapshot else None, messages)
+        await self.checkpoint.submit(records, None, messages)
+        # the outputs are on their way: the card state, when due, is serialized after them
+        if self._clock() - self._snapshot_at >= self.state_interval_s:
+            self._seal()
 
     @staticmethod
     def _card_writes(saves: dict[str, tuple[int, bytes]]) -> dict[bytes, tuple[int, bytes]]:

@@ -69,7 +69,7 @@ async def wait_for(condition: Any, timeout_s: float = 2.0) -> None:
         await asyncio.sleep(0.005)
 
 
-async def test_live_batches_share_one_snapshot_per_interval_and_idle_input_gets_it_when_due(
+async def test_live_batches_share_one_snapshot_when_the_idle_input_makes_it_due(
 ) -> None:
     consumer, _ = real_consumer({TX: 0}, assigned={TX})
     consumer.app.topics.acks_enabled_for = lambda topic: True
@@ -79,7 +79,7 @@ async def test_live_batches_share_one_snapshot_per_interval_and_idle_input_gets_
     engine = ScoreEngine(
         consumer.app, pipeline, Stage(), PartitionSequencer(consumer.app),
         lambda ack: Checkpoint(broker.send, broker, ack, max_in_flight=4),
-        topic="transactions", max_batch=64, state_interval_s=0.3)
+        topic="transactions", max_batch=64, state_interval_s=10.0, idle_state_interval_s=0.3)
     queue = consumer.chunk_queue("transactions")
     task = asyncio.ensure_future(engine.run())
     try:
