@@ -3,8 +3,10 @@
     .venv/bin/python benchmarks/live_load.py                    # raw loop, rate steps, overload
     .venv/bin/python benchmarks/live_load.py --steps 0.1,0.2 --seconds 10 --no-overload --no-docs
 
-First the raw aiokafka consume→produce loop's backlog rate (benchmarks/pipeline_bench.py's
-`raw_loop`, median of `--raw-runs`). Then, for each offered rate (a share of that raw rate), fresh
+First the backlog: the raw aiokafka consume→produce loop and the worker alternate on the same
+pre-filled log (benchmarks/pipeline_bench.py's `raw_loop` and `measure_worker`), `--raw-runs`
+pairs; the raw loop's median rate is what the steps are shares of, and the worker's median ratio
+to it is printed (a regression check for the backlog path). Then, for each offered rate (a share of that raw rate), fresh
 topics and a fresh worker (defaults, no dispatch) that has joined the group before its input
 starts, fed for `--seconds` by the project's paced replay (a record batch per partition every
 5 ms, one aiokafka producer: little CPU). Latency is broker append of each transaction → broker
@@ -38,7 +40,17 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline_bench import Side, cpu_s, fresh, handled, measure_raw, pct, scrape, start_worker  # noqa: E402
+from pipeline_bench import (  # noqa: E402
+    Side,
+    cpu_s,
+    fresh,
+    handled,
+    measure_raw,
+    measure_worker,
+    pct,
+    scrape,
+    start_worker,
+)
 
 from app.settings import Settings, load_settings  # noqa: E402
 from app.stack.manager import Stack  # noqa: E402
@@ -160,7 +172,8 @@ def run_step(base: Settings, lines: list[bytes], rate: float, seconds: float, tm
                 sum(1 for v in steady if v <= BUDGET_MS) / max(1, len(steady)))
 
 
-def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> None:
+def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> list[str]:
+    """Feed 1.3× `slo` then 0.5×; print the timeline; returns the summary lines."""
     high, low = OVERLOAD * slo, RECOVER_LOAD * slo
     settings = fresh(base, uuid.uuid4().hex[:6])
     timeline = Timeline()
@@ -207,10 +220,17 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> N
                  if all(pct(timeline.latency.get(s, []), 0.99) <= BUDGET_MS
                         for s in range(sec, last + 1) if timeline.latency.get(s))), None)
     rss = [v for v in timeline.rss_mb.values() if v == v]
-    print(f"overload: p99 back within {BUDGET_MS:.0f} ms "
-          + (f"{back - drop} s after the drop" if back is not None else "never")
-          + f"; worker RSS {min(rss):.0f}-{max(rss):.0f} MB; peak backlog "
-          f"{max(_running(timeline)):,} events")
+    summary = [
+        f"- {high:,.0f} ev/s (1.3× the SLO rate) for {OVERLOAD_S:.0f} s, then {low:,.0f} ev/s "
+        f"(0.5×) for {RECOVER_S:.0f} s.",
+        f"- Peak backlog {max(_running(timeline)):,} events (appended, not yet served: in Kafka, "
+        f"the worker holds at most a few batches); worker RSS {min(rss):.0f}–{max(rss):.0f} MB.",
+        "- p99 back within the budget " + (f"{back - drop} s after the drop." if back is not None
+                                           else "never within the run."),
+    ]
+    for line in summary:
+        print("overload: " + line[2:])
+    return summary
 
 
 def _running(timeline: Timeline) -> list[int]:
@@ -252,16 +272,27 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, overload: boo
     raws: list[Side] = []
     backlog_lines = lines_of(make_log(cards=max(500, raw_txns // 20), txns=raw_txns, seed=3))
     with tempfile.TemporaryDirectory() as tmp:
+        backlog: list[Side] = []
         for _ in range(raw_runs):
-            settings = fresh(base, uuid.uuid4().hex[:6])
-            try:
-                replay(settings, backlog_lines)
-                raws.append(measure_raw(settings, len(backlog_lines), broker_pid))
-            finally:
-                asyncio.run(drop_topics(settings))
-            print(f"raw loop: {raws[-1].rate:,.0f} ev/s ({raws[-1].cpu_us_per_event:.1f} µs "
-                  f"CPU/ev)", flush=True)
+            for side in ("raw", "worker"):
+                settings = fresh(base, uuid.uuid4().hex[:6])
+                try:
+                    replay(settings, backlog_lines)
+                    if side == "raw":
+                        raws.append(measure_raw(settings, len(backlog_lines), broker_pid))
+                    else:
+                        backlog.append(measure_worker(settings, len(backlog_lines), Path(tmp),
+                                                      broker_pid))
+                finally:
+                    asyncio.run(drop_topics(settings))
+            print(f"backlog: raw loop {raws[-1].rate:,.0f} ev/s ({raws[-1].cpu_us_per_event:.1f} "
+                  f"µs CPU/ev), worker {backlog[-1].rate:,.0f} ev/s "
+                  f"({backlog[-1].cpu_us_per_event:.1f} µs CPU/ev): "
+                  f"{backlog[-1].rate / raws[-1].rate:.3f}×", flush=True)
         raw = statistics.median(r.rate for r in raws)
+        backlog_ratio = statistics.median(w.rate / r.rate for r, w in zip(raws, backlog,
+                                                                           strict=True))
+        print(f"backlog ratio (median of {raw_runs}): {backlog_ratio:.3f}×", flush=True)
         need = int(max(shares) * raw * seconds * 1.05)
         if overload:
             need = max(need, int(raw * max(shares) * (OVERLOAD * OVERLOAD_S
@@ -282,13 +313,17 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, overload: boo
         print(f"SLO rate (steady p99 ≤ {BUDGET_MS:.0f} ms): {slo:,.0f} ev/s = "
               f"{slo / raw:.3f}× the raw loop ({raw:,.0f} ev/s)"
               + (f"; cold p99 at that rate {at.cold_p99:.1f} ms" if at else ""), flush=True)
+        summary: list[str] = []
         if overload and slo > 0:
-            run_overload(base, lines, slo, Path(tmp))
+            summary = run_overload(base, lines, slo, Path(tmp))
     if docs:
         from bench_report import write_live_load
 
-        write_live_load(DOCS, raw, results, slo, command=" ".join(
-            ["benchmarks/live_load.py", *sys.argv[1:]]))
+        page = write_live_load(DOCS, raw, results, slo, overload=summary, backlog=backlog_ratio,
+                               command=" ".join([".venv/bin/python benchmarks/live_load.py",
+                                                 *sys.argv[1:]]),
+                               when=time.strftime("%Y-%m-%d"))
+        print(f"wrote {page}")
 
 
 if __name__ == "__main__":
