@@ -1,24 +1,16 @@
-"""A watchdog that re-reads a partition whose offset commit has been stuck too long.
+"""A guard that re-reads a partition whose offset commit has been stuck too long.
 
-A message can be read but never processed (a rebalance interrupts its hand-over in a way the
-consumer does not see), and then the partition's strict commit (app.stream.consumer) stalls
-behind it for good while later messages keep being processed. The watchdog notices a partition
-whose acknowledged offsets start past its committed offset for longer than `stall_s` and
-rewinds it to the committed offset: everything from there is read again. That is safe by
-construction: card state recognises re-read transactions and re-emits exactly the same served
-rows and actions (same idempotency keys), which the action service absorbs.
-
-A partition can also lose everything after its commit that way: fetched past it (aiokafka's
-fetch position, which every hand-over moves), nothing acknowledged, and the agent consuming it holding nothing (between batches, its queue
-empty). Then no later acknowledgement shows the gap. With an `idle(topic)` probe the watchdog
-treats that state, held for `stall_s` at the same committed offset, as stuck too. Seen in CI
-runs of worker-dies and worker-dies-rocksdb after the surviving worker took over a dead one's
-partitions: the dispatch agent idle, `actions` read 47 messages past a commit that never moved;
-another time three `actions` partitions fetched 36-55 messages past their commits that never
-reached the agent (no read offset at all: only aiokafka's fetch position showed them).
-
-Nothing is counted while the consumer's flow is stopped (a rebalance): a stall starts again
-when it resumes.
+Commits are strict (app.stream.consumer): a message read but never processed would hold its
+partition's commit back for good while later messages keep being processed. Both loops take
+whole chunks and admit them in order, so that should not happen; this watchdog is the guard
+that repairs it if it does, and counts it (`fraudstream_rewinds_total{reason="commit stuck"}`,
+which the fault suite asserts stays 0). A partition is stuck when its acknowledged offsets start
+past its committed offset, or (with an `idle(topic)` probe) when it was fetched past its commit
+(aiokafka's fetch position), nothing is acknowledged and the loop consuming it holds nothing;
+held for `stall_s` at the same committed offset, it is rewound to the commit and read again.
+That is safe by construction: card state recognises re-read transactions and re-emits the same
+served rows and actions (same idempotency keys), which the action service absorbs. Nothing is
+counted while the consumer's flow is stopped (a rebalance).
 """
 
 from __future__ import annotations
