@@ -80,6 +80,14 @@ async def _watch(settings: Settings, workers: list[str], service: str, *, interv
             now = await sources.read()
             console.print(render(frame_of(now), title=title))
             return
+        if not console.is_terminal:  # a log, a pipe, CI: one plain snapshot per interval
+            while stop_at is None or loop.time() < stop_at:
+                await asyncio.sleep(interval)  # the refresh period
+                now = await sources.read()
+                console.print(render(frame_of(now), title=title))
+                minute.append(now)
+                before = now
+            return
         frame = build_frame(before, None, group=settings.app_id, budget_s=budget_s)
         with Live(render(frame, title=title), console=console, auto_refresh=False,
                   screen=False) as live:
