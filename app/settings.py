@@ -34,6 +34,10 @@ def _secret(name: str, doc: str) -> Any:
     return field(default=None, repr=False, metadata={"env": name, "doc": doc, "secret": True})
 
 
+#: The project's own models/ (beside the installed `app` package): found from any directory.
+SHIPPED_MODEL_DIR = Path(__file__).resolve().parents[1] / "models"
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Every tunable of fraudstream, each read from one environment variable."""
@@ -217,7 +221,10 @@ class Settings:
     )
 
     # --- scoring and actions -------------------------------------------------------------
-    model_dir: Path = _env("FRAUDSTREAM_MODEL_DIR", "Directory of ONNX models and cards.", Path("models"))
+    model_dir: Path = _env(
+        "FRAUDSTREAM_MODEL_DIR",
+        "Directory of ONNX models and cards [default: the shipped models/ of the installed "
+        "project, wherever the command runs].", SHIPPED_MODEL_DIR)
     model_version: str | None = _env(
         "FRAUDSTREAM_MODEL_VERSION",
         "Model a worker starts with (default: models/DEFAULT; `model activate` switches it).",

@@ -142,7 +142,8 @@ def list_models(model_dir: Path) -> None:
         default = None
     versions = registry.versions()
     if not versions:
-        click.echo(f"no models in {model_dir}")
+        click.echo(f"no models in {model_dir.resolve()} (FRAUDSTREAM_MODEL_DIR or --model-dir "
+                   f"looks elsewhere)")
         return
     for version in versions:
         mark = "*" if version == default else " "

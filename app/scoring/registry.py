@@ -106,8 +106,9 @@ class ModelRegistry:
         try:
             text = path.read_text(encoding="ascii").strip()
         except FileNotFoundError:
-            raise ModelRegistryError(f"{path} does not exist: no default model "
-                                     "(train one, or name a version)") from None
+            raise ModelRegistryError(f"{path.resolve()} does not exist: no default model "
+                                     "(train one, name a version, or point "
+                                     "FRAUDSTREAM_MODEL_DIR at a model directory)") from None
         return check_version_name(text)
 
     def path(self, version: str) -> Path:
@@ -115,8 +116,9 @@ class ModelRegistry:
         directory = self.root / check_version_name(version)
         if not (directory / CARD_FILE).is_file() or not (directory / MODEL_FILE).is_file():
             known = ", ".join(self.versions()) or "none"
-            raise ModelRegistryError(f"model {version} not found in {self.root} "
-                                     f"(known: {known})")
+            raise ModelRegistryError(f"model {version} not found in {self.root.resolve()} "
+                                     f"(known: {known}; FRAUDSTREAM_MODEL_DIR or --model-dir "
+                                     f"looks elsewhere)")
         return directory
 
     def card(self, version: str) -> ModelCard:
