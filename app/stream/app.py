@@ -35,9 +35,6 @@ from app.stream.watchdog import CommitWatchdog
 log = logging.getLogger(__name__)
 
 AgentName = Literal["score", "dispatch"]
-#: Records one fetch may hand over, in scoring batches (app.stream.consumer.CHUNK_QUEUE_SIZE such
-#: chunks wait at most).
-CHUNK_RECORDS_PER_BATCH = 2
 
 
 @dataclass
@@ -97,9 +94,6 @@ def create_app(
         producer_max_batch_size=1 << 18,
         producer_linger=settings.producer_linger_ms / 1000,
         consumer_auto_offset_reset="earliest",
-        # a fetch hands over at most this many records (a chunk): with the bounded chunk queue
-        # the worker holds a few batches; a backlog stays in Kafka, as consumer lag
-        broker_max_poll_records=CHUNK_RECORDS_PER_BATCH * settings.max_batch,
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         broker_session_timeout=settings.session_timeout_s,
