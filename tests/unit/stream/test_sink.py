@@ -6,6 +6,7 @@ from typing import Any
 
 from app.stream.records import OutRecord
 from app.stream.sink import BatchSink, partition_for
+from tests.support.partitioner import KAFKA_DEFAULT_PARTITIONS
 
 
 class _Batch:
@@ -46,3 +47,8 @@ async def test_warm_learns_every_output_topic_before_the_first_batch() -> None:
     await sink.send([OutRecord("actions", b"c0001", b"{}", ())])
     assert sorted(producer.lookups) == ["changelog", "p.actions", "p.served"]  # none on the way
     assert producer.sent == [("p.actions", partition_for(b"c0001", b"{}", 4), [(b"c0001", b"{}")])]
+
+
+def test_keys_go_where_kafkas_default_partitioner_puts_them() -> None:
+    got = [(key, n, partition_for(key, b"{}", n)) for key, n, _ in KAFKA_DEFAULT_PARTITIONS]
+    assert got == KAFKA_DEFAULT_PARTITIONS
