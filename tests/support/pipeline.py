@@ -132,11 +132,27 @@ def served_rows(settings: Settings) -> list[dict[str, object]]:
     return [orjson.loads(r.value) for r in read(settings, topics.FEATURES_SERVED)]
 
 
+def require_compiled_fold() -> None:
+    """Refuse to check the pipeline without the compiled fold (`app.features._fold`).
+
+    Without it the offline evaluator falls back to the online `CardState` path: the oracle would
+    be the live code checking itself, and every comparison with it would pass by construction.
+    """
+    from app.features import kernel
+
+    if not kernel.available():
+        raise RuntimeError(
+            "the end-to-end oracle needs the compiled fold app.features._fold (build it with "
+            "`pip install -e .` or `make setup`): without it the offline evaluator falls back "
+            "to the online CardState code it is meant to check")
+
+
 def audit_served(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - AuditReport
     """audit-skew of features.served against the offline evaluator over the same log."""
     from app.features.audit import audit
     from app.features.offline import compute_features
 
+    require_compiled_fold()
     offline = compute_features(lines, allowed_lateness_ms=settings.allowed_lateness_ms,
                                now_ms=time.time_ns() // 1_000_000)
     return audit(served_rows(settings), offline.table)
@@ -158,6 +174,7 @@ def oracle_for(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - Or
     from app.scoring.oracle import run_oracle
     from app.scoring.registry import ModelRegistry
 
+    require_compiled_fold()
     registry = ModelRegistry(settings.model_dir, device="cpu")
     return run_oracle(lines, registry, version=settings.model_version,
                       allowed_lateness_ms=settings.allowed_lateness_ms,
