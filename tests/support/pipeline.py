@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 import warnings
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from app.datagen.config import GeneratorConfig
 from app.datagen.generator import generate_log
@@ -193,3 +195,42 @@ def assert_live_matches_oracle(settings: Settings, lines: Sequence[bytes]) -> in
             assert action["type"] == expected.type and action["txn_id"] == expected.txn_id
             assert abs(float(action["score"]) - expected.score) <= 1e-5, (key, action, expected)
     return len(oracle)
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """What a finished run did, counted on its topics and the ledger (monitoring is compared
+    with these, not just looked up by name)."""
+
+    scored: int  # features.served rows: every scored transaction, redeliveries included
+    dead_lettered: int  # transactions.dlq
+    late: int  # transactions.late
+    actions: dict[str, int]  # actions topic, by type
+    effects: int  # the action service's ledger
+
+
+def run_counts(settings: Settings, lines: Sequence[bytes], *, malformed: int) -> RunCounts:
+    """Count what the run on `lines` produced, first checked against the oracle: one clean
+    pass (no crash, so nothing read twice) must serve every accepted transaction and every
+    redelivery once, dead-letter every malformed line once and apply every oracle action."""
+    import orjson
+
+    oracle = oracle_for(settings, lines)
+    served = read(settings, topics.FEATURES_SERVED)
+    dlq = read(settings, topics.TRANSACTIONS_DLQ)
+    late = read(settings, topics.TRANSACTIONS_LATE)
+    actions = Counter(orjson.loads(r.value)["type"] for r in read(settings, topics.ACTIONS))
+    applied = effects(settings.effective_redis_url)
+    assert len(served) == oracle.offline.accepted + oracle.offline.redelivered, len(served)
+    assert len(dlq) == malformed, (len(dlq), malformed)
+    assert len(late) == oracle.offline.late, (len(late), oracle.offline.late)
+    assert {e["idempotency_key"] for e in applied} == {a.idempotency_key for a in oracle.actions}
+    assert len(applied) == len(oracle.actions) > 0, (len(applied), len(oracle.actions))
+    return RunCounts(len(served), len(dlq), len(late), dict(actions), len(applied))
+
+
+def wait_dispatched(settings: Settings, timeout_s: float = 120.0) -> None:
+    """Wait until the dispatcher (same group as the score agent) has consumed every action."""
+    name = settings.topic(topics.ACTIONS)
+    wait_until(lambda: asyncio.run(group_lag(settings, settings.app_id, name)) == 0,
+               timeout_s=timeout_s, interval_s=0.5, what="the dispatcher to drain the actions")
