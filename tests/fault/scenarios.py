@@ -88,11 +88,21 @@ def rolling_restart(topo: Topology) -> None:
         topo.workers[index].stop()
         topo.start_worker()
 
+    def owned_now() -> dict[str, int | None]:
+        """Every partition a stopped worker held, with its live owner's read offset."""
+        try:
+            now = {tp: read for w in topo.live_workers()
+                   for tp, read in source_reads(w, source).items()}
+        except OSError:  # a worker's web page not up yet
+            return {}
+        return now if all(tp in now for stopped in held for tp in stopped) else {}
+
     def handed_over() -> None:
-        now = {tp: read for w in topo.live_workers()
-               for tp, read in source_reads(w, source).items()}
+        now = wait_until(owned_now, timeout_s=60, what="live owners of every handed-over partition")
+        # past by more than one: a partition handed over with nothing new may show its next
+        # offset instead of the last one read
         moved = [sum(1 for tp, read in stopped.items()
-                     if _offset(now.get(tp)) > _offset(read)) for stopped in held]
+                     if _offset(now[tp]) > _offset(read) + 1) for stopped in held]
         topo.extra["handed_over"] = "+".join(map(str, moved))
         assert all(moved), (f"a stopped worker's partitions were not taken over with work left "
                             f"(per stop {moved}, held {held}): the restart hit nothing in flight")
