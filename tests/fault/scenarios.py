@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import signal
 import time
 from collections import Counter
@@ -24,8 +23,9 @@ from app.stream import topics
 from app.stream.control import publish_activation
 from app.stream.inspect import group_lag, topic_sizes
 from tests.support.brokers import leader_load, partitions
-from tests.support.procs import free_port, wait_until
+from tests.support.procs import free_port, source_reads, wait_until
 from tests.support.proxy import FaultProxy
+from tests.support.rollout import Rollout, add_shifted_version
 from tests.support.topology import Topology
 
 Fault = Callable[[Topology], None]
@@ -77,11 +77,41 @@ def kill_worker_for_good(topo: Topology) -> None:
 
 
 def rolling_restart(topo: Topology) -> None:
+    """Each stop revokes the worker's partitions while the log goes on: after recovery, others
+    own them and have read past where it stopped (work in flight was handed over)."""
+    source = topo.settings.topic(topics.TRANSACTIONS)
+    held: list[dict[str, int | None]] = []
     for index, fraction in ((0, 0.25), (1, 0.6)):
         _at(topo, fraction)
+        held.append(source_reads(topo.workers[index], source))  # what it owned, read up to
         topo.mark_fault()
         topo.workers[index].stop()
         topo.start_worker()
+
+    def owned_now() -> dict[str, int | None]:
+        """Every partition a stopped worker held, with its live owner's read offset."""
+        try:
+            now = {tp: read for w in topo.live_workers()
+                   for tp, read in source_reads(w, source).items()}
+        except OSError:  # a worker's web page not up yet
+            return {}
+        return now if all(tp in now for stopped in held for tp in stopped) else {}
+
+    def handed_over() -> None:
+        now = wait_until(owned_now, timeout_s=60, what="live owners of every handed-over partition")
+        # past by more than one: a partition handed over with nothing new may show its next
+        # offset instead of the last one read
+        moved = [sum(1 for tp, read in stopped.items()
+                     if _offset(now[tp]) > _offset(read) + 1) for stopped in held]
+        topo.extra["handed_over"] = "+".join(map(str, moved))
+        assert all(moved), (f"a stopped worker's partitions were not taken over with work left "
+                            f"(per stop {moved}, held {held}): the restart hit nothing in flight")
+
+    topo.after_recovery.append(handed_over)
+
+
+def _offset(read: int | None) -> int:
+    return -1 if read is None else read
 
 
 def kill_action_service(topo: Topology) -> None:
@@ -101,10 +131,14 @@ def _use_proxy(topo: Topology) -> None:
 
 
 def unavailable_then_stalled(topo: Topology) -> None:
-    """503s for 10 s, then requests held unanswered for 20 s: backpressure, then drain."""
+    """503s for 10 s, then requests held unanswered for 20 s: backpressure, then drain.
+
+    The proxy must have refused and held requests, and the actions lag must peak above the
+    one normal load gave before the fault (the dispatcher's 1 s commits), in the same run.
+    """
     proxy: FaultProxy = topo.proxy  # type: ignore[attr-defined]
     actions = topo.settings.topic(topics.ACTIONS)
-    peak = 0
+    peak = baseline = 0
 
     def watch(seconds: float) -> None:
         nonlocal peak
@@ -113,7 +147,14 @@ def unavailable_then_stalled(topo: Topology) -> None:
             peak = max(peak, asyncio.run(group_lag(topo.settings, topo.settings.app_id, actions)))
             time.sleep(0.5)  # poll: sampling lag during the fault
 
-    _at(topo, 0.2)
+    def normal_load_until_fault() -> bool:
+        nonlocal baseline
+        baseline = max(baseline, asyncio.run(group_lag(topo.settings, topo.settings.app_id,
+                                                       actions)))
+        return topo.served() >= int(0.2 * topo.expected_served)
+
+    wait_until(normal_load_until_fault, timeout_s=180, interval_s=0.2,
+               what="20% served (the actions lag of normal load sampled meanwhile)")
     topo.mark_fault()
     proxy.set_mode("503")
     watch(10)
@@ -123,12 +164,19 @@ def unavailable_then_stalled(topo: Topology) -> None:
     released = time.monotonic()
     wait_until(lambda: asyncio.run(group_lag(topo.settings, topo.settings.app_id, actions)) == 0,
                timeout_s=180, what="the actions lag to drain")
-    topo.extra = {"peak_actions_lag": peak, "drain_s": round(time.monotonic() - released, 1),
-                  "refused_503": proxy.refused, "held": proxy.stalled}
-    assert peak > 0, "the outage built no lag: the dispatcher was not held back"
+    topo.extra = {"refused_503": proxy.refused, "held": proxy.stalled,
+                  "peak_actions_lag": peak, "normal_actions_lag": baseline,
+                  "drain_s": round(time.monotonic() - released, 1)}
+    assert proxy.refused > 0 and proxy.stalled > 0, (
+        f"the proxy refused {proxy.refused} and held {proxy.stalled} requests: the dispatcher "
+        f"did not go through it")
+    assert peak > baseline, (f"the outage's actions lag peak {peak} is not above normal load's "
+                             f"{baseline}: the dispatcher was not held back")
 
 
 def restart_redis(topo: Topology) -> None:
+    """The restart must fail POSTs in flight: the service answers 503 (Redis unavailable)
+    and the dispatcher retries them, then every effect is applied once."""
     stack = Stack(topo.settings)
     _at(topo, 0.3)
     topo.mark_fault()
@@ -136,14 +184,38 @@ def restart_redis(topo: Topology) -> None:
     assert stack.redis.start()
     stack.redis.wait_ready()
 
+    def retried() -> None:
+        unavailable = topo.service_metric("action_service_redis_unavailable_total")
+        retries = topo.worker_metric("fraudstream_dispatch_retries_total")
+        topo.extra.update(redis_unavailable_503=unavailable, retried_posts=retries)
+        assert unavailable > 0 and retries > 0, (
+            f"the Redis restart failed {unavailable} requests and the dispatcher retried "
+            f"{retries}: it hit no work in flight")
+
+    topo.after_recovery.append(retried)
+
 
 def restart_kafka(topo: Topology) -> None:
+    """The restart must hit a replay and a consumer group in flight: messages still to be
+    produced and to be consumed when the broker stops, all of them through after it."""
     stack = Stack(topo.settings)
-    _at(topo, 0.3)
+    source = topo.settings.topic(topics.TRANSACTIONS)
+    _at(topo, 0.2)
+    unconsumed = topo.lags()[topics.TRANSACTIONS]
+    produced = asyncio.run(topic_sizes(topo.settings, [source]))[source]
     topo.mark_fault()
+    stopping = time.monotonic()
     assert stack.kafka.stop()
+    replaying = topo.replaying()  # with the broker down: it could not have finished meanwhile
+    stop_s = time.monotonic() - stopping
     assert stack.kafka.start()
     stack.kafka.wait_ready()
+    topo.extra = {"replay_running_at_stop": replaying,
+                  "produced_at_stop": f"{produced}/{topo.total_messages}",
+                  "unconsumed_at_stop": unconsumed, "broker_stop_s": round(stop_s, 1)}
+    assert replaying and produced < topo.total_messages and unconsumed > 0, (
+        f"the broker stopped with the replay {'running' if replaying else 'over'}, "
+        f"{produced}/{topo.total_messages} produced, {unconsumed} unconsumed: nothing in flight")
 
 
 def kill_busiest_kafka_leader(topo: Topology) -> None:
@@ -249,21 +321,18 @@ ROLLOUT_VERSION = "mlp-rollout-b"
 
 
 def _rollout_models(topo: Topology) -> None:
-    from app.scoring.registry import ModelRegistry
-
+    """A second version with other weights (its scores and some decisions differ)."""
     target = topo.tmp / "models"
-    shutil.copytree(topo.settings.model_dir, target)
-    registry = ModelRegistry(target, device="cpu")
-    base = registry.default_version()
-    card = dict(registry.card(base).raw)
-    card["version"] = ROLLOUT_VERSION
-    registry.add(ROLLOUT_VERSION, (registry.path(base) / "model.onnx").read_bytes(), card)
+    base = add_shifted_version(topo.settings.model_dir, target, ROLLOUT_VERSION)
     topo.settings = topo.settings.replace(model_dir=target)
+    topo.rollout = Rollout(base, ROLLOUT_VERSION)  # Topology.check: rows against versions
 
 
 def rollout_mid_stream(topo: Topology) -> None:
     _at(topo, 0.4)
     topo.mark_fault()
+    assert topo.rollout is not None
+    topo.rollout.mark_published(topo.settings)
     asyncio.run(publish_activation(topo.settings, ROLLOUT_VERSION))
 
 
@@ -276,7 +345,7 @@ SCENARIOS: dict[str, Scenario] = {
     # the same on the RocksDB card store (every other scenario runs on the memory store)
     "worker-dies-rocksdb": Scenario(kill_worker_for_good, {"store": "rocksdb"}, kills=True,
                                     about="worker-dies with the RocksDB card store"),
-    # SIGTERM: a clean handover may re-read nothing
+    # SIGTERM: a clean handover may re-read nothing, but hands over partitions with work left
     "rolling-restart": Scenario(rolling_restart,
                                 about="SIGTERM and restart each worker in turn (clean hand-over)"),
     "service-kill": Scenario(kill_action_service, kills=True,
@@ -286,7 +355,8 @@ SCENARIOS: dict[str, Scenario] = {
                                   "(a fault proxy)"),
     "redis-restart": Scenario(restart_redis, needs_local="redis",
                               about="restart the local Redis (AOF) mid-stream"),
-    "kafka-restart": Scenario(restart_kafka, needs_local="kafka",
+    # 2k/s: the replay still runs when the broker is down (a SIGTERM'd broker takes 2-3 s)
+    "kafka-restart": Scenario(restart_kafka, {"rate": 2_000.0}, needs_local="kafka",
                               about="restart the local Kafka broker mid-stream"),
     "kafka-leader-kill": Scenario(kill_busiest_kafka_leader, needs_cluster=True,
                                   about="cluster profile: SIGKILL the Kafka broker leading the "

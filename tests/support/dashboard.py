@@ -127,3 +127,13 @@ def missing(queried: Iterable[str], pages: Iterable[str]) -> set[str]:
     """The queried names that neither the pages, kafka-exporter nor Prometheus provide."""
     ours = {n for n in queried if n not in SYNTHETIC and n not in KAFKA_EXPORTER}
     return ours - exported_names(pages)
+
+
+def sample_total(page: str, name: str, **labels: str) -> float:
+    """The sum of sample `name` on a /metrics page over the samples carrying `labels`
+    (prometheus_client's own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(sample.value for family in text_string_to_metric_families(page)
+               for sample in family.samples
+               if sample.name == name and labels.items() <= sample.labels.items())

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 import warnings
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from app.datagen.config import GeneratorConfig
 from app.datagen.generator import generate_log
@@ -132,11 +134,27 @@ def served_rows(settings: Settings) -> list[dict[str, object]]:
     return [orjson.loads(r.value) for r in read(settings, topics.FEATURES_SERVED)]
 
 
+def require_compiled_fold() -> None:
+    """Refuse to check the pipeline without the compiled fold (`app.features._fold`).
+
+    Without it the offline evaluator falls back to the online `CardState` path: the oracle would
+    be the live code checking itself, and every comparison with it would pass by construction.
+    """
+    from app.features import kernel
+
+    if not kernel.available():
+        raise RuntimeError(
+            "the end-to-end oracle needs the compiled fold app.features._fold (build it with "
+            "`pip install -e .` or `make setup`): without it the offline evaluator falls back "
+            "to the online CardState code it is meant to check")
+
+
 def audit_served(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - AuditReport
     """audit-skew of features.served against the offline evaluator over the same log."""
     from app.features.audit import audit
     from app.features.offline import compute_features
 
+    require_compiled_fold()
     offline = compute_features(lines, allowed_lateness_ms=settings.allowed_lateness_ms,
                                now_ms=time.time_ns() // 1_000_000)
     return audit(served_rows(settings), offline.table)
@@ -158,6 +176,7 @@ def oracle_for(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - Or
     from app.scoring.oracle import run_oracle
     from app.scoring.registry import ModelRegistry
 
+    require_compiled_fold()
     registry = ModelRegistry(settings.model_dir, device="cpu")
     return run_oracle(lines, registry, version=settings.model_version,
                       allowed_lateness_ms=settings.allowed_lateness_ms,
@@ -176,3 +195,42 @@ def assert_live_matches_oracle(settings: Settings, lines: Sequence[bytes]) -> in
             assert action["type"] == expected.type and action["txn_id"] == expected.txn_id
             assert abs(float(action["score"]) - expected.score) <= 1e-5, (key, action, expected)
     return len(oracle)
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """What a finished run did, counted on its topics and the ledger (monitoring is compared
+    with these, not just looked up by name)."""
+
+    scored: int  # features.served rows: every scored transaction, redeliveries included
+    dead_lettered: int  # transactions.dlq
+    late: int  # transactions.late
+    actions: dict[str, int]  # actions topic, by type
+    effects: int  # the action service's ledger
+
+
+def run_counts(settings: Settings, lines: Sequence[bytes], *, malformed: int) -> RunCounts:
+    """Count what the run on `lines` produced, first checked against the oracle: one clean
+    pass (no crash, so nothing read twice) must serve every accepted transaction and every
+    redelivery once, dead-letter every malformed line once and apply every oracle action."""
+    import orjson
+
+    oracle = oracle_for(settings, lines)
+    served = read(settings, topics.FEATURES_SERVED)
+    dlq = read(settings, topics.TRANSACTIONS_DLQ)
+    late = read(settings, topics.TRANSACTIONS_LATE)
+    actions = Counter(orjson.loads(r.value)["type"] for r in read(settings, topics.ACTIONS))
+    applied = effects(settings.effective_redis_url)
+    assert len(served) == oracle.offline.accepted + oracle.offline.redelivered, len(served)
+    assert len(dlq) == malformed, (len(dlq), malformed)
+    assert len(late) == oracle.offline.late, (len(late), oracle.offline.late)
+    assert {e["idempotency_key"] for e in applied} == {a.idempotency_key for a in oracle.actions}
+    assert len(applied) == len(oracle.actions) > 0, (len(applied), len(oracle.actions))
+    return RunCounts(len(served), len(dlq), len(late), dict(actions), len(applied))
+
+
+def wait_dispatched(settings: Settings, timeout_s: float = 120.0) -> None:
+    """Wait until the dispatcher (same group as the score agent) has consumed every action."""
+    name = settings.topic(topics.ACTIONS)
+    wait_until(lambda: asyncio.run(group_lag(settings, settings.app_id, name)) == 0,
+               timeout_s=timeout_s, interval_s=0.5, what="the dispatcher to drain the actions")

@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 
 from app.action_service.ledger import count_replays, read_effects
 from app.action_service.redis_keys import card_key
+from app.actions import Action
 from app.redis_url import sync_client
 from app.security.redis import redis_connection_kwargs
 from app.settings import Settings
@@ -35,6 +36,7 @@ from tests.support.pipeline import (
     effects,
     oracle_for,
     read,
+    served_rows,
 )
 from tests.support.procs import (
     Spawned,
@@ -46,6 +48,7 @@ from tests.support.procs import (
     wait_until,
 )
 from tests.support.redisdb import flush_db, with_db
+from tests.support.rollout import Rollout
 
 FAULT_REDIS_DB = 5
 
@@ -97,6 +100,11 @@ class Topology:
         self.extra: dict[str, object] = {}
         self.retries_seen = 0
         self.skipped_seen = 0
+        #: a model version activated mid-stream (the rollout scenario): the actions expected
+        #: are then each served row's under the version that served it
+        self.rollout: Rollout | None = None
+        #: checks a fault leaves for after recovery (evidence that it hit work in flight)
+        self.after_recovery: list[Callable[[], None]] = []
 
     # --- processes --------------------------------------------------------------------------
     def start_service(self) -> Spawned:
@@ -126,19 +134,19 @@ class Topology:
 
     def worker_metric(self, name: str) -> int:
         """A counter summed over the live workers' /metrics (killed workers' counts are gone)."""
-        import urllib.request
+        return sum(_counter(f"http://127.0.0.1:{w.port}/metrics", name)
+                   for w in self.live_workers())
 
-        total = 0
-        for worker in self.live_workers():
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/metrics",  # noqa: S310
-                                            timeout=5) as resp:
-                    text = resp.read().decode()
-            except OSError:
-                continue
-            total += int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                             if line.startswith((f"{name} ", f"{name}{{"))))
-        return total
+    def service_metric(self, name: str) -> int:
+        """A counter of the action service's /metrics (0 when it does not answer)."""
+        return _counter(f"{self.settings.action_service_url}/metrics", name)
+
+    def expected_actions(self, default: Sequence[Action]) -> list[Action]:
+        """The actions the pipeline must apply: `default` (the oracle's), or after a rollout
+        each served row's under the model version that served it."""
+        if self.rollout is None:
+            return list(default)
+        return self.rollout.actions(served_rows(self.settings))
 
     def mark_fault(self) -> None:
         """Remember when the (first) fault hit: recovery time is measured from here."""
@@ -157,6 +165,10 @@ class Topology:
 
         self._replayer = threading.Thread(target=run, daemon=True)
         self._replayer.start()
+
+    def replaying(self) -> bool:
+        """True while the background replay is still producing."""
+        return self._replayer is not None and self._replayer.is_alive()
 
     def join_replay(self, timeout_s: float = 300) -> None:
         assert self._replayer is not None
@@ -203,14 +215,18 @@ class Topology:
                 last[:] = [f"Kafka not answering yet: {exc!r}"]
                 return False
             applied = {e["idempotency_key"] for e in effects(self.settings.effective_redis_url)}
+            drained = size == total_messages and not any(lags.values())
+            expected = expected_keys
+            if drained and self.rollout is not None:  # known once every row is served
+                expected = {a.idempotency_key for a in self.expected_actions([])}
             state = (f"in={size}/{total_messages} lag={lags} "
-                     f"effects={len(applied)}/{len(expected_keys)} "
+                     f"effects={len(applied)}/{len(expected)} "
                      f"replays_absorbed={self.replays_absorbed()} "
                      f"workers_alive={len(self.live_workers())}")
             last[:] = [state]
             if self.progress:
                 print(f"  [{self.name}] {state}", flush=True)
-            return size == total_messages and not any(lags.values()) and expected_keys <= applied
+            return drained and expected <= applied
 
         try:
             wait_until(recovered, timeout_s=timeout_s, interval_s=1.0, what="full recovery")
@@ -225,7 +241,8 @@ class Topology:
               report: ScenarioReport) -> ScenarioReport:
         """Every invariant of the fault suite, against the oracle (`fraudstream score`)."""
         run = oracle_for(self.settings, lines)
-        expected = {a.idempotency_key for a in run.actions}
+        actions = self.expected_actions(run.actions)
+        expected = {a.idempotency_key for a in actions}
         ledger = effects(self.settings.effective_redis_url)
         per_key = Counter(e["idempotency_key"] for e in ledger)
         report.expected_keys, report.effects = len(expected), len(ledger)
@@ -237,7 +254,7 @@ class Topology:
         doubled = [k for k, n in per_key.items() if n != 1]
         if doubled:
             problems.append(f"{len(doubled)} keys have more than one effect")
-        problems.extend(self._card_problems(run.actions))
+        problems.extend(self._card_problems(actions))
         # a re-read after a crash may dead-letter a message twice: count distinct sources
         dlq = dlq_sources(self.settings)
         if len(dlq) != malformed:
@@ -258,16 +275,24 @@ class Topology:
         # rebalance); the log's own redeliveries are distinct messages and do not count
         seen: set[tuple[int, int]] = set()
         again = 0
+        versions: Counter[str] = Counter()
         for r in read(self.settings, topics.FEATURES_SERVED):
             row = orjson.loads(r.value)
             position = (row["partition"], row["offset"])
             again += position in seen
             seen.add(position)
+            versions[row["model_version"]] += 1
         report.extra["rereads"] = again
+        # the model version on every served row: the oracle's, unless one was rolled out
+        if self.rollout is not None:
+            problems.extend(self.rollout.problems(self.settings))
+            report.extra.update(self.rollout.evidence)
+        elif set(versions) != {run.model_version}:
+            problems.append(f"served under {dict(versions)}, the oracle ran {run.model_version}")
         # replays the log's own redeliveries cause (an actioned txn_id sent again), so the
         # replays a fault caused can be told apart from them
         sent = Counter(_txn_id(line) for line in lines)
-        report.extra["log_replays"] = sum(sent[a.txn_id] - 1 for a in run.actions)
+        report.extra["log_replays"] = sum(sent[a.txn_id] - 1 for a in actions)
         return report
 
     def _card_problems(self, actions: Sequence[object]) -> list[str]:
@@ -305,6 +330,19 @@ class Topology:
         return problems
 
 
+def _counter(url: str, name: str) -> int:
+    """Counter `name` summed over its samples on the /metrics page at `url` (0 if none)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback test URL
+            text = resp.read().decode()
+    except OSError:
+        return 0
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith((f"{name} ", f"{name}{{"))))
+
+
 def _txn_id(line: bytes) -> str | None:
     try:
         value = orjson.loads(line)
@@ -339,6 +377,11 @@ def run_scenario(
                    redelivery=redelivery, out_of_order=0.01)
     lines = lines_of(log)
     oracle = oracle_for(topo.settings, lines)
+    if topo.rollout is not None:  # each served row is checked under its own version's oracle
+        version = topo.rollout.version
+        topo.rollout.oracles = {
+            oracle.model_version: oracle,
+            version: oracle_for(topo.settings.replace(model_version=version), lines)}
     expected = {a.idempotency_key for a in oracle.actions}
     topo.expected_keys, topo.total_messages = expected, len(lines)
     topo.expected_served = oracle.offline.accepted + oracle.offline.redelivered
@@ -353,6 +396,8 @@ def run_scenario(
         fault(topo)
         topo.join_replay()
         report.recovery_s = topo.wait_recovered(expected, len(lines))
+        for verify in topo.after_recovery:
+            verify()
         topo.check(lines, malformed=log.counts.malformed, report=report)
         report.extra.update(topo.extra)
     finally:

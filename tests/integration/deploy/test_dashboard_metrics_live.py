@@ -13,6 +13,8 @@ from tests.support.pipeline import (
     lines_of,
     make_log,
     replay,
+    run_counts,
+    wait_dispatched,
     wait_drained,
     with_own_service,
 )
@@ -48,9 +50,11 @@ def test_the_dashboard_queries_only_exported_metrics(fresh_settings: Settings,
                    what="the action service")
         wait_until(lambda: http_ready(f"http://127.0.0.1:{worker.port}/metrics"), timeout_s=60,
                    what="the worker's metrics page")
-        lines = lines_of(make_log(cards=40, txns=600, malformed=0.05))
+        log = make_log(cards=40, txns=600, malformed=0.05)
+        lines = lines_of(log)
         replay(settings, lines)
         wait_drained(settings, [worker], expected=len(lines))
+        wait_dispatched(settings)  # every effect applied before the pages are read
         web_page = _page(f"http://127.0.0.1:{worker.port}/metrics")
         listen_page = _page(f"http://127.0.0.1:{listen}/metrics")
         service_page = _page(f"{settings.action_service_url}/metrics")
@@ -72,3 +76,16 @@ def test_the_dashboard_queries_only_exported_metrics(fresh_settings: Settings,
                  "fraudstream_scorer_provider_info", "fraudstream_dlq_messages_total",
                  "fraudstream_consumer_lag_seconds"):
         assert f"\n{name}" in listen_page or f"\n{name}{{" in listen_page, name
+
+    # and the values are the ones the run produced (topics, ledger, oracle), on both pages
+    did = run_counts(settings, lines, malformed=log.counts.malformed)
+    for page in (web_page, listen_page):
+        assert dash.sample_total(page, "fraudstream_scored_total") == did.scored
+        assert dash.sample_total(page, "fraudstream_dlq_messages_total") == did.dead_lettered
+        assert dash.sample_total(page, "fraudstream_late_messages_total") == did.late
+        assert {t: dash.sample_total(page, "fraudstream_actions_emitted_total", type=t)
+                for t in did.actions} == did.actions
+        # one event-to-served latency per message taken, dead-lettered ones included
+        assert dash.sample_total(page, "fraudstream_hop_seconds_count",
+                                 hop="event_to_served") == len(lines)
+    assert dash.sample_total(service_page, "action_service_effects_applied_total") == did.effects

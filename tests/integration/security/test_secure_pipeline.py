@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 import sys
 import uuid
 from collections import Counter
@@ -133,42 +134,80 @@ def test_pipeline_on_the_secure_profile(secure_stack: SecureStack, tmp_path: Pat
     assert not found, "\n".join(found[:20])
 
 
-def test_clients_without_credentials_are_refused(secure_stack: SecureStack) -> None:
+async def _kafka_lists_topics(**kwargs: object) -> None:
+    """A full client session (bootstrap, metadata, list topics); raises if it cannot."""
     from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(request_timeout_ms=5000, **kwargs)  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(admin.start(), 15)
+        await asyncio.wait_for(admin.list_topics(), 10)
+    finally:
+        await admin.close()
+
+
+def _kafka_refuses(bootstrap: str, expected: type[BaseException], match: str,
+                   **kwargs: object) -> None:
+    """One connection as `kwargs` configure it (TLS, SASL), then a metadata request: it must
+    fail with `expected` matching `match`, the broker's refusal. The admin client turns every
+    failure into "Unable to bootstrap", so this is one level down, where the cause surfaces;
+    anything else (a timeout, a wrong argument, a refused TCP connect) fails the test."""
+    from aiokafka.conn import create_conn
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+
+    async def connect_and_ask() -> None:
+        conn = await create_conn(host, int(port), request_timeout_ms=5000, **kwargs)
+        try:
+            await conn.send(MetadataRequest([]))
+        finally:
+            conn.close()
+
+    with pytest.raises(expected, match=match):
+        asyncio.run(asyncio.wait_for(connect_and_ask(), 15))
+
+
+def test_clients_without_credentials_are_refused(secure_stack: SecureStack) -> None:
+    from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
     good = secure_stack.settings
     bootstrap = good.effective_kafka_bootstrap
-
-    async def kafka_connects(**kwargs: object) -> bool:
-        admin = AIOKafkaAdminClient(request_timeout_ms=5000, **kwargs)  # type: ignore[arg-type]
-        try:
-            await asyncio.wait_for(admin.start(), 15)
-            await asyncio.wait_for(admin.list_topics(), 10)
-            return True
-        except Exception:  # noqa: BLE001 - any failure is a refusal here
-            return False
-        finally:
-            await admin.close()
-
     secure = kafka_client_kwargs(good)
-    assert asyncio.run(kafka_connects(**secure))
-    assert not asyncio.run(kafka_connects(bootstrap_servers=bootstrap))  # plaintext
-    assert not asyncio.run(kafka_connects(bootstrap_servers=bootstrap, security_protocol="SSL",
-                                          ssl_context=secure["ssl_context"]))  # TLS, no SASL
-    wrong = {**secure, "sasl_plain_password": "not-the-password"}
-    assert not asyncio.run(kafka_connects(**wrong))
-    plain = {**secure, "sasl_mechanism": "PLAIN"}
-    assert asyncio.run(kafka_connects(**plain))  # PLAIN over TLS works with the same user
+    conn_kwargs = {k: v for k, v in secure.items() if k != "bootstrap_servers"}
+    asyncio.run(_kafka_lists_topics(**secure))
+    asyncio.run(_kafka_lists_topics(**{**secure, "sasl_mechanism": "PLAIN"}))  # PLAIN over TLS
+    # plaintext on the SASL_SSL listener: the broker closes the connection (no TLS handshake)
+    _kafka_refuses(bootstrap, KafkaConnectionError, r"Connection at .* closed")
+    # TLS but no SASL: the broker closes it at the first request, and says why in its log
+    log = secure_stack.kafka.process.log_file
+    unexpected = "Unexpected Kafka request of type METADATA during SASL handshake"
+    seen = log.read_text(errors="replace").count(unexpected)
+    _kafka_refuses(bootstrap, KafkaConnectionError, r"Connection at .* closed",
+                   security_protocol="SSL", ssl_context=secure["ssl_context"])
+    wait_until(lambda: log.read_text(errors="replace").count(unexpected) > seen, timeout_s=10,
+               what="the broker to log the refused SASL handshake")
+    # a wrong password: SCRAM authentication fails
+    _kafka_refuses(bootstrap, SaslAuthenticationFailed, "invalid credentials",
+                   **{**conn_kwargs, "sasl_plain_password": "not-the-password"})
+    # a client that does not trust our CA: TLS verification fails
+    _kafka_refuses(bootstrap, ssl.SSLCertVerificationError, "CERTIFICATE_VERIFY_FAILED",
+                   **{**conn_kwargs, "ssl_context": ssl.create_default_context()})
 
     port, ca = good.redis_port, str(good.redis_ssl_ca_file)
-    with pytest.raises(redis.ConnectionError):
-        redis.Redis(host="127.0.0.1", port=port, socket_timeout=3).ping()  # plaintext
-    with pytest.raises(redis.AuthenticationError):  # TLS, no user: NOAUTH
+    # plaintext on the TLS port: the server resets it (not "refused": the port is open)
+    with pytest.raises(redis.ConnectionError, match="Connection reset by peer|closed by server"):
+        redis.Redis(host="127.0.0.1", port=port, socket_timeout=3).ping()
+    # a client that does not trust our CA: TLS verification fails
+    with pytest.raises(redis.ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        redis.Redis(host="127.0.0.1", port=port, ssl=True, socket_timeout=3).ping()
+    # TLS, no user: NOAUTH (redis-py drops the prefix; its class says which one it was)
+    with pytest.raises(redis.AuthenticationError, match="authenticated|Authentication required"):
         redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca,
                     socket_timeout=3).ping()
-    with pytest.raises(redis.AuthenticationError):
+    with pytest.raises(redis.AuthenticationError, match="invalid username-password pair"):
         redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca, username=CLIENT_USER,
-                    password="not-the-password", socket_timeout=3).ping()
+                    password="not-the-password", socket_timeout=3).ping()  # WRONGPASS
     service = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca,
                           username=CLIENT_USER,
                           password=secure_stack.profile.read("redis-client-password"),

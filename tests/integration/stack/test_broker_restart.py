@@ -15,7 +15,7 @@ from app.stream import topics
 from app.stream.inspect import _committed_offsets, admin_client, topic_sizes
 from app.transactions.producer import ReplayReport, replay_messages
 from tests.support.pipeline import dlq_sources, lines_of, make_log, read, wait_drained
-from tests.support.procs import spawn_worker, wait_until
+from tests.support.procs import spawn_worker, wait_all_assigned, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,7 +34,9 @@ def test_broker_restart_mid_replay(fresh_settings: Settings, tmp_path: Path) -> 
     log = make_log(cards=300, txns=12_000, seed=5, malformed=0.01)
     lines = lines_of(log)
     source = fresh_settings.topic(topics.TRANSACTIONS)
-    worker = spawn_worker(fresh_settings, tmp_path)
+    # no dispatcher: nothing here answers its POSTs, and its retries would hold the rebalance
+    # the broker restart causes
+    worker = spawn_worker(fresh_settings, tmp_path, dispatch=False)
     result: dict[str, ReplayReport] = {}
 
     def produce() -> None:
@@ -42,11 +44,19 @@ def test_broker_restart_mid_replay(fresh_settings: Settings, tmp_path: Path) -> 
 
     producer = threading.Thread(target=produce, daemon=True)
     try:
+        # the worker in the group first, so that its first commit comes while the replay runs
+        wait_all_assigned([worker], source)
         producer.start()
         wait_until(lambda: asyncio.run(_committed_total(fresh_settings)) > 0, timeout_s=60,
                    what="a first offset commit")
         committed_before = asyncio.run(_committed_total(fresh_settings))
+        in_before = asyncio.run(topic_sizes(fresh_settings, [source]))[source]
+        assert producer.is_alive() and in_before < len(lines), (
+            f"the replay was over ({in_before}/{len(lines)} in) before the broker stopped")
         assert stack.kafka.stop(), "the broker was not ours to stop"
+        # still running with the broker down: the restart hit a replay in flight, which had to
+        # carry on against the restarted broker
+        assert producer.is_alive(), "the replay finished while the broker was stopping"
         assert stack.kafka.start()
         stack.kafka.wait_ready()
         producer.join(timeout=180)

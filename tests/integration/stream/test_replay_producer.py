@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
+import orjson
 import pytest
 
 from app.settings import Settings
@@ -12,6 +13,7 @@ from app.stream import topics
 from app.stream.sink import partition_for
 from app.transactions.logfile import card_key
 from app.transactions.producer import replay_messages
+from tests.support.partitioner import KAFKA_DEFAULT_PARTITIONS
 from tests.support.pipeline import lines_of, make_log, read
 
 pytestmark = pytest.mark.integration
@@ -60,3 +62,18 @@ def test_unpaced_replay_of_a_generator_with_a_small_window(fresh_settings: Setti
     # at most 700 in flight: drained after every 700 handed over, then once at the end
     assert progress[: len(lines) // 700] == [700 * (i + 1) for i in range(len(lines) // 700)]
     assert progress[-1] == len(lines)
+
+
+def test_replayed_keys_land_where_kafkas_default_partitioner_puts_them(
+    fresh_settings: Settings,
+) -> None:
+    """Pinned to known values (Kafka's murmur2 test vectors), not to partition_for itself."""
+    n = fresh_settings.topic_partitions
+    known = {key.decode(): p for key, count, p in KAFKA_DEFAULT_PARTITIONS if count == n}
+    assert len(known) >= 4, f"no known values for {n} partitions"
+    lines = [orjson.dumps({"txn_id": f"t{i}", "card_id": card}) for i, card in enumerate(known)]
+    report = asyncio.run(replay_messages(fresh_settings, lines))
+    assert (report.sent, report.errors) == (len(lines), 0)
+    got = {orjson.loads(r.value)["card_id"]: r.partition
+           for r in read(fresh_settings, topics.TRANSACTIONS)}
+    assert got == known

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -15,6 +16,8 @@ from tests.support.pipeline import (
     lines_of,
     make_log,
     replay,
+    run_counts,
+    wait_dispatched,
     wait_drained,
     with_own_service,
 )
@@ -41,9 +44,11 @@ def test_watch_shows_the_running_pipeline(fresh_settings: Settings, tmp_path: Pa
                    what="the action service")
         wait_until(lambda: http_ready(f"http://127.0.0.1:{worker.port}/metrics"), timeout_s=60,
                    what="the worker's metrics page")
-        lines = lines_of(make_log(cards=40, txns=600, malformed=0.05))
+        log = make_log(cards=40, txns=600, malformed=0.05)
+        lines = lines_of(log)
         replay(settings, lines)
         wait_drained(settings, [worker], expected=len(lines))
+        wait_dispatched(settings)  # every effect applied before watch reads the counters
         text = urllib.request.urlopen(  # noqa: S310 - loopback
             f"http://127.0.0.1:{worker.port}/metrics", timeout=5).read().decode()
         capture = os.environ.get("FRAUDSTREAM_CAPTURE_METRICS")
@@ -67,6 +72,11 @@ def test_watch_shows_the_running_pipeline(fresh_settings: Settings, tmp_path: Pa
     assert f"{version} on CPUExecutionProvider" in out or f"{version} on CUDA" in out, out
     for hop in ("append_to_engine", "features", "model", "event_to_served", "event_to_effect"):
         assert hop in out
-    scored = next(line for line in out.splitlines() if line.startswith("scored "))
-    assert int(scored.split()[1].replace(",", "")) > 0, scored
+    # the counts it shows are the ones the run produced (topics, ledger, oracle)
+    did = run_counts(settings, lines, malformed=log.counts.malformed)
+    outcomes = next(line for line in out.splitlines() if line.startswith("scored "))
+    shown = {name: int(value.replace(",", "")) for name, value in re.findall(
+        r"(scored|dead-lettered|late|effects applied) ([\d,]+)", outcomes)}
+    assert shown == {"scored": did.scored, "dead-lettered": did.dead_lettered,
+                     "late": did.late, "effects applied": did.effects}, (outcomes, did)
     assert "did not answer" not in out, out

@@ -7,6 +7,7 @@ from typing import Any
 
 from app.stream.records import OutRecord
 from app.stream.sink import BatchSink, partition_for
+from tests.support.partitioner import KAFKA_DEFAULT_PARTITIONS
 
 
 class _Batch:
@@ -81,3 +82,8 @@ async def test_warm_waits_until_every_partition_has_a_leader() -> None:
     stuck = _Producer({"p.served": 2}, elected_after=1_000_000)
     assert await BatchSink(lambda: stuck, {"features.served": "p.served"}).warm(
         timeout_s=0.12) == ["p.served:0", "p.served:1"]
+
+
+def test_keys_go_where_kafkas_default_partitioner_puts_them() -> None:
+    got = [(key, n, partition_for(key, b"{}", n)) for key, n, _ in KAFKA_DEFAULT_PARTITIONS]
+    assert got == KAFKA_DEFAULT_PARTITIONS
