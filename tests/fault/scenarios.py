@@ -346,8 +346,9 @@ SCENARIOS: dict[str, Scenario] = {
     "worker-dies-rocksdb": Scenario(kill_worker_for_good, {"store": "rocksdb"}, kills=True,
                                     about="worker-dies with the RocksDB card store"),
     # SIGTERM: a clean handover may re-read nothing, but hands over partitions with work left
-    "rolling-restart": Scenario(rolling_restart,
-                                about="SIGTERM and restart each worker in turn (clean hand-over)"),
+    "rolling-restart": Scenario(rolling_restart, {"effect_budget_ms": (1_000.0, 5_000.0)},
+                                about="SIGTERM and restart each worker in turn (clean hand-over; "
+                                      "event → effect p99 ≤ 1 s, max ≤ 5 s)"),
     "service-kill": Scenario(kill_action_service, kills=True,
                              about="SIGKILL the action service for 10 s: dispatch retries"),
     "service-503-stall": Scenario(unavailable_then_stalled, prepare=_use_proxy,

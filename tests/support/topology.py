@@ -29,6 +29,7 @@ from app.stream import topics
 from app.stream.inspect import group_lag, topic_sizes
 from app.stream.topics import ensure_topics
 from app.transactions.producer import replay_messages
+from tests.support.evidence import event_to_effect_ms, quantile, watchdog_repairs
 from tests.support.pipeline import (
     audit_served,
     dlq_sources,
@@ -90,6 +91,8 @@ class Topology:
         asyncio.run(ensure_topics(self.settings))
         self.service: Spawned | None = None
         self.workers: list[Spawned] = []
+        #: (p99, max) event → effect in ms the scenario must stay within, if any
+        self.effect_budget_ms: tuple[float, float] | None = None
         self.progress = progress
         self._replayer: threading.Thread | None = None
         self._replay_error: list[BaseException] = []
@@ -293,6 +296,21 @@ class Topology:
         # replays a fault caused can be told apart from them
         sent = Counter(_txn_id(line) for line in lines)
         report.extra["log_replays"] = sum(sent[a.txn_id] - 1 for a in actions)
+        # both loops take whole chunks: the commit watchdog is a guard that must never fire
+        repairs = watchdog_repairs(w.log_path for w in self.workers)
+        report.extra["watchdog_repairs"] = repairs
+        if repairs:
+            problems.append(f"the commit watchdog re-read {repairs} partitions: messages were "
+                            f"read and never processed")
+        # event → effect: the transaction's broker timestamp → its effect applied
+        latency = event_to_effect_ms(self.settings, ledger)
+        p99, worst = quantile(latency, 0.99), max(latency, default=float("nan"))
+        report.extra["effect_p99_ms"], report.extra["effect_max_ms"] = round(p99), round(worst)
+        if self.effect_budget_ms is not None:
+            p99_budget, max_budget = self.effect_budget_ms
+            if not (p99 <= p99_budget and worst <= max_budget):
+                problems.append(f"event → effect p99 {p99:.0f} ms / max {worst:.0f} ms over the "
+                                f"budget of {p99_budget:.0f} / {max_budget:.0f} ms")
         return report
 
     def _card_problems(self, actions: Sequence[object]) -> list[str]:
@@ -366,11 +384,13 @@ def run_scenario(
     progress: bool = False,
     prepare: Callable[[Topology], None] | None = None,
     store: str = "memory",
+    effect_budget_ms: tuple[float, float] | None = None,
 ) -> ScenarioReport:
     """Start the topology, replay a generated log, inject `fault`, let it heal, check it all."""
     from tests.support.pipeline import lines_of, make_log
 
     topo = Topology(base.replace(store=store), tmp / name, name, progress=progress)
+    topo.effect_budget_ms = effect_budget_ms
     if prepare is not None:
         prepare(topo)
     log = make_log(cards=max(500, txns // 20), txns=txns, seed=seed, malformed=malformed,
