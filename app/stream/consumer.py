@@ -6,7 +6,9 @@ It is plugged in through Faust's own extension point: the `fraudstream://` broke
 rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #681):
 
 1. Faust's head-of-queue check is off by one: with the message at the committed offset never
-   acknowledged it commits past it. `_new_offset` never commits past an unacknowledged offset.
+   acknowledged it commits past it. `_new_offset` never commits past an unacknowledged offset,
+   and acknowledgements are dropped only once their commit is done (Faust drops them before it
+   commits, so a commit that fails while the broker restarts loses them for good).
 2. Faust counts a jump in fetched offsets as a "gap" of done messages (meant for compacted or
    transactional topics). Ours are neither: a jump means skipped messages. `_add_gap` records
    nothing, so they stall the commit instead of being committed unprocessed.
@@ -179,6 +181,9 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     # --- corrections 1 and 2: strict commits ---------------------------------------------------
     def _new_offset(self, tp: TP) -> int | None:
+        """The offset to commit: past the consecutive run of acks from the committed offset.
+        The acks stay until the commit is done (`_commit_offsets`): a commit that fails (the
+        broker restarting) must not lose them, or the partition's commit would stall for good."""
         acked = self._acked[tp]
         if not acked:
             return None
@@ -188,10 +193,24 @@ class FraudConsumer(faust_aiokafka.Consumer):
             return None  # where the partition starts is not known yet
         if acked[0] > committed:
             return None  # the message at `committed` is not done yet: never commit past it
-        batch = next(consecutive_numbers(acked))
-        acked[: len(batch)] = []
-        self._acked_index[tp].difference_update(batch)
-        return batch[-1] + 1
+        return next(consecutive_numbers(acked))[-1] + 1
+
+    async def _commit_offsets(self, offsets: Any, start_new_transaction: bool = True) -> bool:
+        """Faust's commit; only once it has moved the committed offsets are the acks below them
+        dropped (a commit that raised keeps them for the next one)."""
+        try:
+            return bool(await super()._commit_offsets(
+                offsets, start_new_transaction=start_new_transaction))
+        finally:
+            for tp in offsets:
+                committed = self._committed_offset.get(tp)
+                acked = self._acked.get(tp)
+                if committed is None or not acked:
+                    continue
+                done = [offset for offset in acked if offset < committed]
+                if done:
+                    acked[:] = [offset for offset in acked if offset >= committed]
+                    self._acked_index[tp].difference_update(done)
 
     async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
         """Never count unfetched offsets as done."""

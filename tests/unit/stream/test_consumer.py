@@ -50,7 +50,37 @@ def test_commits_the_consecutive_run_from_the_committed_offset() -> None:
     consumer, _ = real_consumer({A: 100})
     acked(consumer, A, [102, 100, 101, 105])
     assert consumer._new_offset(A) == 103
-    assert consumer._acked[A] == [105]
+    assert consumer._acked[A] == [100, 101, 102, 105]  # kept until the commit is done
+
+
+async def test_acks_are_dropped_only_once_their_commit_is_done() -> None:
+    """A commit that fails (the broker restarting) keeps the acks for the next one: Faust
+    drops them before it commits, and the partition's commit then stalls behind offsets that
+    no longer count as acknowledged (the watchdog re-read them 10 s later)."""
+    consumer, _ = real_consumer({A: 100})
+    consumer.app.topics.acks_enabled_for = lambda topic: True
+    committed: list[dict] = []
+    fail = [True]
+
+    async def commit_on_thread(offsets: dict[TP, int]) -> bool:
+        if fail[0]:
+            raise ConnectionError("broker restarting")
+        committed.append(dict(offsets))
+        return True
+
+    async def flush() -> None:
+        return None
+
+    consumer._thread.commit = commit_on_thread
+    consumer.app.producer.flush = flush
+    acked(consumer, A, [100, 101, 102])
+    with pytest.raises(ConnectionError):
+        await consumer.commit()
+    assert consumer._committed_offset[A] == 100 and consumer._acked[A] == [100, 101, 102]
+    fail[0] = False
+    assert await consumer.commit() is True
+    assert committed == [{A: 103}] and consumer._committed_offset[A] == 103
+    assert consumer._acked[A] == [] and not consumer._acked_index[A]
 
 
 def test_no_commit_while_the_partition_start_is_unknown() -> None:
