@@ -91,8 +91,6 @@ class Topology:
         asyncio.run(ensure_topics(self.settings))
         self.service: Spawned | None = None
         self.workers: list[Spawned] = []
-        #: (p99, max) event → effect in ms the scenario must stay within, if any
-        self.effect_budget_ms: tuple[float, float] | None = None
         self.progress = progress
         self._replayer: threading.Thread | None = None
         self._replay_error: list[BaseException] = []
@@ -306,11 +304,6 @@ class Topology:
         latency = event_to_effect_ms(self.settings, ledger)
         p99, worst = quantile(latency, 0.99), max(latency, default=float("nan"))
         report.extra["effect_p99_ms"], report.extra["effect_max_ms"] = round(p99), round(worst)
-        if self.effect_budget_ms is not None:
-            p99_budget, max_budget = self.effect_budget_ms
-            if not (p99 <= p99_budget and worst <= max_budget):
-                problems.append(f"event → effect p99 {p99:.0f} ms / max {worst:.0f} ms over the "
-                                f"budget of {p99_budget:.0f} / {max_budget:.0f} ms")
         return report
 
     def _card_problems(self, actions: Sequence[object]) -> list[str]:
@@ -384,13 +377,11 @@ def run_scenario(
     progress: bool = False,
     prepare: Callable[[Topology], None] | None = None,
     store: str = "memory",
-    effect_budget_ms: tuple[float, float] | None = None,
 ) -> ScenarioReport:
     """Start the topology, replay a generated log, inject `fault`, let it heal, check it all."""
     from tests.support.pipeline import lines_of, make_log
 
     topo = Topology(base.replace(store=store), tmp / name, name, progress=progress)
-    topo.effect_budget_ms = effect_budget_ms
     if prepare is not None:
         prepare(topo)
     log = make_log(cards=max(500, txns // 20), txns=txns, seed=seed, malformed=malformed,
