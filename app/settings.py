@@ -269,12 +269,14 @@ class Settings:
     action_token: str | None = _secret(
         "FRAUDSTREAM_ACTION_TOKEN",
         "Bearer token(s) with full access, comma-separated: the service accepts each (rotation "
-        "without downtime), the dispatcher sends the first. Unset: a built-in dev token, only "
+        "without downtime), the dispatcher sends the first; each may be `name:token`, the name "
+        "recorded as the author of analyst decisions. Unset: a built-in dev token, only "
         "on loopback addresses (never logged).",
     )
     action_token_file: Path | None = _env(
         "FRAUDSTREAM_ACTION_TOKEN_FILE",
-        "File of full-access bearer tokens, one a line (# comments); joins FRAUDSTREAM_ACTION_TOKEN.",
+        "File of full-access bearer tokens, one a line (`name:token` or `token`; # comments); "
+        "joins FRAUDSTREAM_ACTION_TOKEN.",
         None,
     )
     action_read_token: str | None = _secret(

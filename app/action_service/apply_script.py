@@ -2,7 +2,7 @@
 
 `pack_call` turns a batch of actions into one EVALSHA command (RESP bytes, packed once per
 batch by hiredis); `parse_reply` turns the script's flat reply back into one result per action.
-The per-action key names come from `redis_keys.action_keys` (six keys, one slot per action) and
+The per-action key names come from `redis_keys.action_keys` (seven keys, one slot per action) and
 the arguments from `_action_args` only. On a single Redis one call carries a whole batch; on a
 cluster `call_args` builds one call per shard (see cluster_batcher.py).
 """
