@@ -317,6 +317,12 @@ class Settings:
         "Action service: Redis connect/command timeout (seconds); past it the answer is 503.",
         2.0,
     )
+    labels_forward: bool = _env(
+        "FRAUDSTREAM_LABELS_FORWARD",
+        "Action service: forward analyst labels (release/confirm) from the Redis outbox to the "
+        "Kafka topic `labels` (a task of the service; off: they wait in the outbox).",
+        True,
+    )
     action_alerts_per_card: int = _env(
         "FRAUDSTREAM_ACTION_ALERTS_PER_CARD",
         "Action service: newest alerts kept per card for GET /v1/cards/{card_id}.",

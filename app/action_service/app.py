@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -13,6 +15,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE, TOKENS
+from app.action_service.label_outbox import forward_to_kafka
 from app.action_service.metrics import ServiceMetrics
 from app.action_service.routes import MAX_BODY_BYTES, setup_routes
 from app.action_service.store import ActionStore
@@ -136,9 +139,15 @@ def create_app(
             len(tokens.read),
             tokens.dev,
         )
+        forwarder = (asyncio.create_task(forward_to_kafka(settings, client), name="labels")
+                     if settings.labels_forward else None)
         try:
             yield
         finally:
+            if forwarder is not None:
+                forwarder.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await forwarder
             await app[STORE].aclose()
             await client.aclose()
             logger.info("action service stopped; redis client closed")

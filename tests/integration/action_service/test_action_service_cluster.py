@@ -50,7 +50,7 @@ def cluster() -> Iterator[RedisCluster]:
 
 def _settings(cluster: RedisCluster, **overrides: object) -> Settings:
     values: dict[str, object] = {"redis_url": cluster.seed_url, "action_token": TOKEN,
-                                 "redis_wait_timeout_ms": 300}
+                                 "redis_wait_timeout_ms": 300, "labels_forward": False}
     values.update(overrides)
     return load_settings({}, **values)
 
