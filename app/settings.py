@@ -252,6 +252,12 @@ class Settings:
         "falls back to plain IO binding when onnxruntime refuses.",
         False,
     )
+    explain: bool = _env(
+        "FRAUDSTREAM_EXPLAIN",
+        "Worker: attach to every action its top contributing features (occlusion against the "
+        "training reference, one extra model row per feature, for rows that produce an action).",
+        True,
+    )
     freeze_threshold: float | None = _env(
         "FRAUDSTREAM_FREEZE_THRESHOLD", "Override the model card's freeze threshold.", None
     )

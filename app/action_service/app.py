@@ -88,11 +88,14 @@ def create_app(
     redis_client_factory: RedisClientFactory | None = None,
     *,
     tokens: TokenSet | None = None,
+    forward_labels: bool = False,
 ) -> web.Application:
     """Build the action service: routes, metrics, and a Redis client owned by cleanup_ctx.
 
     `tokens` defaults to those of a loopback-bound service (`service_tokens(settings)`); the
-    CLI passes the set checked against the address it binds.
+    CLI passes the set checked against the address it binds. `forward_labels` runs the label
+    outbox forwarder (a Kafka producer) as a task of the app when FRAUDSTREAM_LABELS_FORWARD is
+    on too: the CLI's service does, apps built in-process (tests, benchmarks) do not.
     """
     tokens = tokens or service_tokens(settings)
     if not 0 <= settings.idempotency_margin_s < settings.idempotency_ttl_s:
@@ -140,7 +143,7 @@ def create_app(
             tokens.dev,
         )
         forwarder = (asyncio.create_task(forward_to_kafka(settings, client), name="labels")
-                     if settings.labels_forward else None)
+                     if forward_labels and settings.labels_forward else None)
         try:
             yield
         finally:

@@ -24,7 +24,7 @@ from app.actions.key import action_fingerprint
 
 Verdict = Literal["created", "replay", "mismatch", "gone", "future"]
 _VERDICTS: Final = frozenset(("created", "replay", "mismatch", "gone", "future"))
-_ARGS_PER_ACTION: Final = 10
+_ARGS_PER_ACTION: Final = 11
 #: Reply fields per action: verdict, outcome, applied_at_ms, effect_id.
 _REPLY_PER_ACTION: Final = 4
 
@@ -136,6 +136,7 @@ def _action_args(action: Action) -> tuple[str, ...]:
         action.model_version,
         str(action.decided_at_ms),
         reason,
+        action.explanation_json(),
     )
 
 

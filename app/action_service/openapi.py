@@ -68,7 +68,13 @@ def _schemas() -> dict[str, Any]:
             "maxLength": 128,
         },
         "decided_at_ms": {**_TS, "description": "Wall clock at decision (ms since epoch)."},
+        "explanation": {"type": "array", "minItems": 1, "maxItems": 20,
+                        "items": _ref("Contribution"),
+                        "description": "Optional: the top contributing features (occlusion "
+                        "against the training reference); not part of the action's identity."},
     }
+    explanation = {"type": "array", "items": _ref("Contribution"), "nullable": True,
+                   "description": "Top contributing features, largest |contribution| first."}
     result_fields = {
         "idempotency_key": _KEY,
         "type": {"type": "string", "enum": ["freeze_card", "alert_customer"]},
@@ -88,9 +94,20 @@ def _schemas() -> dict[str, Any]:
         "score": {"type": "number"},
         "model_version": {"type": "string"},
         "queued_at_ms": _MS,
+        "explanation": explanation,
     }
     return {
-        "Action": _object(action_fields, "An action, exactly the actions contract."),
+        "Action": {**_object(action_fields, "An action, exactly the actions contract."),
+                   "required": [name for name in action_fields if name != "explanation"]},
+        "Contribution": _object(
+            {
+                "name": {"type": "string", "pattern": "^[a-z0-9_]{1,64}$"},
+                "value": {"type": "number", "description": "The feature's value as served."},
+                "contribution": {"type": "number", "description": "score minus the score with "
+                                 "this feature at its training reference."},
+            },
+            "One feature of an explanation.",
+        ),
         "ActionResult": _object(result_fields, "What applying the action did (stored, replayed)."),
         "ActionRecord": _object(
             {
@@ -102,6 +119,7 @@ def _schemas() -> dict[str, Any]:
                 "model_version": {"type": "string"},
                 "decided_at_ms": _MS,
                 "expires_in_ms": {"type": "integer", "minimum": 0},
+                "explanation": explanation,
             },
             "The stored record of an applied key (score/model/decided_at of the applying request).",
         ),
@@ -113,6 +131,7 @@ def _schemas() -> dict[str, Any]:
                 "frozen_at_ms": {**_MS, "nullable": True},
                 "reason": {"type": "string", "nullable": True},
                 "txn_id": {**_ID, "nullable": True},
+                "explanation": explanation,
                 "released_at_ms": {**_MS, "nullable": True,
                                    "description": "When an analyst last released the card."},
                 "released_by": {"type": "string", "nullable": True},

@@ -246,7 +246,13 @@ def render_record(record: dict[str, str], expires_in_ms: int) -> dict[str, Any]:
         "model_version": record["model_version"],
         "decided_at_ms": int(record["decided_at_ms"]),
         "expires_in_ms": max(expires_in_ms, 0),
+        "explanation": _explanation(record.get("explanation")),
     }
+
+
+def _explanation(stored: str | None) -> list[dict[str, Any]] | None:
+    """A stored explanation (JSON text written by the apply script), or None."""
+    return orjson.loads(stored) if stored else None
 
 
 def render_card(card_id: str, fields: dict[str, str], alerts: list[str],
@@ -261,6 +267,7 @@ def render_card(card_id: str, fields: dict[str, str], alerts: list[str],
         "frozen_at_ms": int(fields["frozen_at_ms"]) if frozen else None,
         "reason": fields.get("reason") if frozen else None,
         "txn_id": fields.get("txn_id") if frozen else None,
+        "explanation": _explanation(fields.get("explanation")) if frozen else None,
         "released_at_ms": int(fields["released_at_ms"]) if released else None,
         "released_by": fields.get("released_by"),
         "confirmed_fraud": "confirmed_at_ms" in fields,
@@ -291,4 +298,5 @@ def _render_alert(alert: dict[str, str]) -> dict[str, Any]:
         "score": float(alert["score"]),
         "model_version": alert["model_version"],
         "queued_at_ms": int(alert["queued_at_ms"]),
+        "explanation": _explanation(alert.get("explanation")),
     }

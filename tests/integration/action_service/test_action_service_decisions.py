@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
+import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from app.action_service.app import create_app
 from app.action_service.ledger import read_effects_async
 from app.action_service.redis_keys import LABEL_STREAMS, decision_keys, shard_of
+from app.actions.key import idempotency_key
 from app.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -171,3 +173,39 @@ async def test_a_key_reused_with_another_decision_or_reason_is_422(named_client,
     record = await redis.hgetall(decision_keys("m-1", "card-m")[0])
     assert record["reason"] == "a" and record["by"] == "alice"
     assert 86_000_000 < await redis.pttl(decision_keys("m-1", "card-m")[0]) <= 86_400_000
+
+
+async def test_the_explanation_is_stored_with_the_effect(named_client, redis, new_action):
+    from app.actions import make_action
+    from app.actions.explanation import Contribution
+
+    plain = new_action("freeze_card", "txn-e", "card-e")
+    explained = make_action(
+        "freeze_card", card_id="card-e", txn_id="txn-e", ts_ms=plain.ts_ms, score=plain.score,
+        model_version="m-1", decided_at_ms=plain.decided_at_ms,
+        explanation=(Contribution("sum_24h", 120_000, 0.25), Contribution("count_1h", 7, 0.125),
+                     Contribution("mean_1h", 17142.857, -0.0625)))
+    assert await _freeze(named_client, explained) == 201
+    # the same action without an explanation (an older worker) is a replay, not a conflict
+    assert await _freeze(named_client, plain) == 200
+    expected = [{"name": "sum_24h", "value": 120_000, "contribution": 0.25},
+                {"name": "count_1h", "value": 7, "contribution": 0.125},
+                {"name": "mean_1h", "value": 17142.857, "contribution": -0.0625}]
+    record = await (await named_client.get(f"/v1/actions/{explained.idempotency_key}",
+                                           headers=_h(None, READ))).json()
+    assert record["explanation"] == expected
+    card = await (await named_client.get("/v1/cards/card-e", headers=_h(None, READ))).json()
+    assert card["explanation"] == expected
+    alert = make_action("alert_customer", card_id="card-e", txn_id="txn-e", ts_ms=plain.ts_ms,
+                        score=plain.score, model_version="m-1",
+                        decided_at_ms=plain.decided_at_ms, explanation=explained.explanation)
+    assert await _freeze(named_client, alert) == 201
+    card = await (await named_client.get("/v1/cards/card-e", headers=_h(None, READ))).json()
+    assert card["alerts"][0]["explanation"] == expected
+    # a bad explanation is a 422 naming the field, and writes nothing
+    bad = orjson.loads(explained.to_json())
+    bad["txn_id"], bad["idempotency_key"] = "txn-f", idempotency_key("freeze_card", "txn-f")
+    bad["explanation"] = [{"name": "x", "value": "high", "contribution": 1}]
+    response = await named_client.post("/v1/actions", data=orjson.dumps(bad),
+                                       headers=_h(bad["idempotency_key"]))
+    assert response.status == 422 and (await response.json())["field"] == "explanation"

@@ -93,6 +93,7 @@ def test_card_view_of_an_unknown_card():
         "frozen_at_ms": None,
         "reason": None,
         "txn_id": None,
+        "explanation": None,
         "released_at_ms": None,
         "released_by": None,
         "confirmed_fraud": False,
