@@ -6,8 +6,8 @@
 The demo's generator settings (500 cards per 10k transactions, 2 % malformed) give the demo's
 action rate. The offline fold computes every accepted row's features once; then the worker's
 `ScoringStage.run` (features matrix, scoring, served rows, policy, actions as JSON) runs over
-the same rows in batches of --batch, alternately with explanations on and off, --rounds times
-each, on the CPU provider. CPU is this process's `time.process_time` around the stage calls
+the same rows in batches of --batch, alternately with explanations on and off (who goes first
+alternates too), --rounds times each, on the CPU provider. CPU is this process's `time.process_time` around the stage calls
 only. Printed: the action rate, µs of CPU per event with and without (median of the rounds),
 the difference, and that difference as a share of the whole worker's CPU per event (--worker-us,
 default: the median of docs/benchmarks.md's three pairs).
@@ -69,8 +69,8 @@ def main(txns: int, batch: int, rounds: int, worker_us: float) -> None:
     batches = [scored[i:i + batch] for i in range(0, len(scored), batch)]
     cpu: dict[bool, list[float]] = {True: [], False: []}
     actions = explained_rows = 0
-    for _ in range(rounds):
-        for on in (True, False):
+    for round_ in range(rounds):
+        for on in ((True, False) if round_ % 2 else (False, True)):  # alternate who goes first
             stage = stages[on]
             t0 = time.process_time()
             out = [stage.run(b) for b in batches]

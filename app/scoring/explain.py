@@ -61,8 +61,15 @@ class Explainer:
         self._reference = reference.astype(np.float32)
         self._names = tuple(names)
         self._top = top
-        width = len(names)
-        self._diagonal = np.eye(width, dtype=bool)
+        self._grow(64)
+
+    def _grow(self, rows: int) -> None:
+        """Index arrays of the occlusion scatter for up to `rows` explained rows at once."""
+        width = len(self._names)
+        self._capacity = rows
+        self._rows = np.arange(rows * width)
+        self._columns = np.tile(np.arange(width), rows)
+        self._tiled = np.tile(self._reference, rows)
 
     def explain(self, matrix: np.ndarray, scores: np.ndarray,
                 values: Sequence[Sequence[float | int]]) -> list[tuple[Contribution, ...]]:
@@ -71,19 +78,20 @@ class Explainer:
         n, width = matrix.shape
         if n == 0:
             return []
-        # n blocks of F rows: block i is row i F times, with feature j set to r_j in row j
-        occluded = np.repeat(matrix, width, axis=0).reshape(n, width, width)
-        occluded[:, self._diagonal] = self._reference
-        base = np.asarray(scores, dtype=np.float64)
-        moved = self._scorer.score(occluded.reshape(n * width, width)).astype(np.float64)
-        contributions = base[:, None] - moved.reshape(n, width)
+        if n > self._capacity:
+            self._grow(max(n, 2 * self._capacity))
+        # n blocks of F rows: block i is row i F times, with feature j set to r_j in its row j
+        occluded = np.repeat(matrix, width, axis=0)
+        occluded[self._rows[: n * width], self._columns[: n * width]] = self._tiled[: n * width]
+        moved = self._scorer.score(occluded).tolist()
+        names, top = self._names, self._top
         out = []
-        for i in range(n):
-            row = contributions[i]
-            # stable sort on -|c|: ties keep declaration order
-            order = np.argsort(-np.abs(row), kind="stable")[: self._top]
-            out.append(tuple(Contribution(self._names[j], values[i][j], float(row[j]))
-                             for j in order.tolist()))
+        for i, base in enumerate(np.asarray(scores, dtype=np.float64).tolist()):
+            # contributions as doubles of float32 scores: exact differences, deterministic
+            row = [base - m for m in moved[i * width:(i + 1) * width]]
+            # the largest |c| first; ties keep declaration order (sorted is stable)
+            order = sorted(range(width), key=lambda j, r=row: -abs(r[j]))[:top]
+            out.append(tuple(Contribution(names[j], values[i][j], row[j]) for j in order))
         return out
 
 
