@@ -252,6 +252,12 @@ class Settings:
         "falls back to plain IO binding when onnxruntime refuses.",
         False,
     )
+    explain: bool = _env(
+        "FRAUDSTREAM_EXPLAIN",
+        "Worker: attach to every action its top contributing features (occlusion against the "
+        "training reference, one extra model row per feature, for rows that produce an action).",
+        True,
+    )
     freeze_threshold: float | None = _env(
         "FRAUDSTREAM_FREEZE_THRESHOLD", "Override the model card's freeze threshold.", None
     )
@@ -269,12 +275,14 @@ class Settings:
     action_token: str | None = _secret(
         "FRAUDSTREAM_ACTION_TOKEN",
         "Bearer token(s) with full access, comma-separated: the service accepts each (rotation "
-        "without downtime), the dispatcher sends the first. Unset: a built-in dev token, only "
+        "without downtime), the dispatcher sends the first; each may be `name:token`, the name "
+        "recorded as the author of analyst decisions. Unset: a built-in dev token, only "
         "on loopback addresses (never logged).",
     )
     action_token_file: Path | None = _env(
         "FRAUDSTREAM_ACTION_TOKEN_FILE",
-        "File of full-access bearer tokens, one a line (# comments); joins FRAUDSTREAM_ACTION_TOKEN.",
+        "File of full-access bearer tokens, one a line (`name:token` or `token`; # comments); "
+        "joins FRAUDSTREAM_ACTION_TOKEN.",
         None,
     )
     action_read_token: str | None = _secret(
@@ -314,6 +322,12 @@ class Settings:
         "FRAUDSTREAM_ACTION_REDIS_TIMEOUT_S",
         "Action service: Redis connect/command timeout (seconds); past it the answer is 503.",
         2.0,
+    )
+    labels_forward: bool = _env(
+        "FRAUDSTREAM_LABELS_FORWARD",
+        "Action service: forward analyst labels (release/confirm) from the Redis outbox to the "
+        "Kafka topic `labels` (a task of the service; off: they wait in the outbox).",
+        True,
     )
     action_alerts_per_card: int = _env(
         "FRAUDSTREAM_ACTION_ALERTS_PER_CARD",

@@ -305,7 +305,7 @@ def _cluster_layout(opts: argparse.Namespace) -> None:
         ports, pids = {"bare": bare_port}, {}
         for name, replicas in (("wait-off", 0), ("wait-on", 1)):
             settings = load_settings({}, redis_url=cluster.seed_url, action_token=TOKEN,
-                                     redis_wait_replicas=replicas)
+                                     redis_wait_replicas=replicas, labels_forward=False)
             port = _free_port()
             env = {**settings_environ(settings), "PYTHONPATH": str(ROOT)}
             proc = subprocess.Popen(  # noqa: S603
@@ -370,7 +370,7 @@ def _single_layout(opts: argparse.Namespace) -> None:
     try:
         node.wait_ready()
         settings = load_settings({}, redis_url=node.settings.local_redis_url, action_token=TOKEN,
-                                 action_apply_connections=opts.lanes)
+                                 action_apply_connections=opts.lanes, labels_forward=False)
         env = {**settings_environ(settings), "PYTHONPATH": str(ROOT)}
         svc = subprocess.Popen(  # noqa: S603
             [sys.executable, "-m", "app.cli.main", "action-service", "--port", str(svc_port)],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -13,6 +15,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE, TOKENS
+from app.action_service.label_outbox import forward_to_kafka
 from app.action_service.metrics import ServiceMetrics
 from app.action_service.routes import MAX_BODY_BYTES, setup_routes
 from app.action_service.store import ActionStore
@@ -85,11 +88,14 @@ def create_app(
     redis_client_factory: RedisClientFactory | None = None,
     *,
     tokens: TokenSet | None = None,
+    forward_labels: bool = False,
 ) -> web.Application:
     """Build the action service: routes, metrics, and a Redis client owned by cleanup_ctx.
 
     `tokens` defaults to those of a loopback-bound service (`service_tokens(settings)`); the
-    CLI passes the set checked against the address it binds.
+    CLI passes the set checked against the address it binds. `forward_labels` runs the label
+    outbox forwarder (a Kafka producer) as a task of the app when FRAUDSTREAM_LABELS_FORWARD is
+    on too: the CLI's service does, apps built in-process (tests, benchmarks) do not.
     """
     tokens = tokens or service_tokens(settings)
     if not 0 <= settings.idempotency_margin_s < settings.idempotency_ttl_s:
@@ -136,9 +142,15 @@ def create_app(
             len(tokens.read),
             tokens.dev,
         )
+        forwarder = (asyncio.create_task(forward_to_kafka(settings, client), name="labels")
+                     if forward_labels and settings.labels_forward else None)
         try:
             yield
         finally:
+            if forwarder is not None:
+                forwarder.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await forwarder
             await app[STORE].aclose()
             await client.aclose()
             logger.info("action service stopped; redis client closed")

@@ -3,16 +3,17 @@
 -- script call (see docs/action-service.md). The service's apply batcher sends everything pending
 -- as one call; a batch of one is the low-load case.
 --
--- KEYS: w per action i (i = 0..n-1; w = 7 with claims, else 6), see redis_keys.py:
+-- KEYS: w per action i (i = 0..n-1; w = 8 with claims, else 7), see redis_keys.py:
 --       1+wi idem (hash)  2+wi card (hash)  3+wi card alerts (list)  4+wi the card's shard's
---       effects (stream)  5+wi its alerts (stream)  6+wi its stats (hash of counters), all in
---       the card's shard; with claims, 7+wi the key's claim (string "<fingerprint> <card_id>",
---       in the KEY's shard).
+--       effects (stream)  5+wi its alerts (stream)  6+wi its stats (hash of counters)
+--       7+wi the card's history (list), all in the card's shard; with claims, 8+wi the key's
+--       claim (string "<fingerprint> <card_id>", in the KEY's shard).
 --       On a single Redis one call carries any mix of shards, claims included. On a cluster a
 --       call carries one card shard (one slot) and no claims: claim_batch.lua took them first.
 -- ARGV: 1 ttl_ms  2 max_age_ms (ttl - margin)  3 max_skew_ms (margin)  4 alerts kept per card
---       5 claim ttl_ms ('' : no claim keys), then ten per action i: 6+10i idempotency_key,
---       fingerprint, type, card_id, txn_id, ts_ms, score, model_version, decided_at_ms, reason
+--       5 claim ttl_ms ('' : no claim keys), then eleven per action i: 6+11i idempotency_key,
+--       fingerprint, type, card_id, txn_id, ts_ms, score, model_version, decided_at_ms, reason,
+--       explanation (a JSON array of {name, value, contribution}, '' when absent)
 -- Returns {now_ms, then four per action: verdict, outcome, applied_at_ms, effect_id}. verdict is
 -- created | replay | mismatch | gone | future | error; outcome, applied_at_ms and effect_id are
 -- the key's record for created and replay, '' otherwise; for error, outcome is the message.
@@ -24,8 +25,8 @@
 local ttl_ms, max_age, max_skew, alerts_kept = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
   tonumber(ARGV[4])
 local claim_ttl = ARGV[5]
-local width = 6
-if claim_ttl ~= '' then width = 7 end
+local width = 7
+if claim_ttl ~= '' then width = 8 end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -53,14 +54,15 @@ local function alerts_bad(alerts)
   return bad
 end
 
--- One action: k = 6 key names (idem, card, card alerts, effects, alerts, stats) and the claim
--- (or nil), a = 10 arguments (see ARGV above). Returns verdict, outcome, applied_at_ms,
+-- One action: k = 7 key names (idem, card, card alerts, effects, alerts, stats, history) and
+-- the claim (or nil), a = 11 arguments (see ARGV above). Returns verdict, outcome, applied_at_ms,
 -- effect_id.
 local function apply_one(k, a)
   local idem, card, card_alerts, effects, alerts, stats = k[1], k[2], k[3], k[4], k[5], k[6]
-  local claim = k[7]
+  local history, claim = k[7], k[8]
   local key, fingerprint, action_type, card_id, txn_id = a[1], a[2], a[3], a[4], a[5]
   local ts_ms, score, model_version, decided_at_ms, reason = a[6], a[7], a[8], a[9], a[10]
+  local explanation = a[11]
 
   -- The claim catches the key reused with another card, whose record would be in another
   -- card shard (the key is derived from type and txn_id only, the fingerprint covers the card).
@@ -113,8 +115,16 @@ local function apply_one(k, a)
 
   local outcome = 'alert_queued'
   if action_type == 'freeze_card' then
-    if redis.call('HGET', card, 'status') == 'frozen' then
+    local bad = wrong_type(history, 'list')
+    if bad then return 'error', bad, '', '' end
+    -- (HMGET refuses a card of the wrong type with an error, before any write)
+    local card_now = redis.call('HMGET', card, 'status', 'released_at_ms')
+    if card_now[1] == 'frozen' then
       outcome = 'already_frozen' -- the card stays as it is; the key still counts as applied
+    elseif card_now[2] and decided <= tonumber(card_now[2]) then
+      -- decided before an analyst released the card: the release overrules it (a freeze
+      -- decided after the release freezes the card again)
+      outcome = 'superseded_by_release'
     else
       outcome = 'frozen'
     end
@@ -124,21 +134,26 @@ local function apply_one(k, a)
     'card_id', card_id, 'txn_id', txn_id, 'applied_at_ms', now_ms, 'outcome', outcome)
   if outcome == 'frozen' then
     redis.call('HSET', card, 'status', 'frozen', 'frozen_at_ms', now_ms, 'reason', reason,
-      'txn_id', txn_id, 'idempotency_key', key, 'score', score, 'model_version', model_version)
+      'txn_id', txn_id, 'idempotency_key', key, 'score', score, 'model_version', model_version,
+      'explanation', explanation)
+    redis.call('RPUSH', history, cjson.encode({event = 'frozen', at_ms = now_ms,
+      by = 'model ' .. model_version, reason = reason, txn_id = txn_id, idempotency_key = key,
+      effect_id = effect_id}))
+    redis.call('LTRIM', history, -alerts_kept, -1)
   elseif outcome == 'alert_queued' then
     local alert_id = redis.call('XADD', alerts, '*', 'idempotency_key', key, 'card_id', card_id,
       'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score, 'model_version', model_version,
-      'queued_at_ms', now_ms)
+      'queued_at_ms', now_ms, 'explanation', explanation)
     redis.call('RPUSH', card_alerts, cjson.encode({alert_id = alert_id, txn_id = txn_id,
       idempotency_key = key, ts_ms = ts_ms, score = score, model_version = model_version,
-      queued_at_ms = now_ms}))
+      queued_at_ms = now_ms, explanation = explanation}))
     redis.call('LTRIM', card_alerts, -alerts_kept, -1)
     redis.call('HINCRBY', card, 'alerts_total', 1)
   end
   redis.call('HSET', idem, 'idempotency_key', key, 'fingerprint', fingerprint,
     'type', action_type, 'card_id', card_id, 'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score,
     'model_version', model_version, 'decided_at_ms', decided_at_ms, 'outcome', outcome,
-    'applied_at_ms', now_ms, 'effect_id', effect_id)
+    'applied_at_ms', now_ms, 'effect_id', effect_id, 'explanation', explanation)
   redis.call('PEXPIRE', idem, ttl_ms)
   if claim then
     redis.call('SET', claim, owner_is, 'PX', claim_ttl)
@@ -149,13 +164,13 @@ end
 local reply = {now_ms}
 local n = #KEYS / width
 for i = 0, n - 1 do
-  local ki, ai = width * i, 5 + 10 * i
+  local ki, ai = width * i, 5 + 11 * i
   -- pcall: an unexpected error in one action answers that action, never its neighbours
   local ok, verdict, outcome, applied_at, effect_id = pcall(apply_one,
     {KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4], KEYS[ki + 5], KEYS[ki + 6],
-     width == 7 and KEYS[ki + 7] or nil},
+     KEYS[ki + 7], width == 8 and KEYS[ki + 8] or nil},
     {ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6],
-     ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9], ARGV[ai + 10]})
+     ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9], ARGV[ai + 10], ARGV[ai + 11]})
   if not ok then
     local message = verdict
     if type(message) == 'table' then message = message['err'] end

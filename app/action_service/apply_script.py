@@ -2,7 +2,7 @@
 
 `pack_call` turns a batch of actions into one EVALSHA command (RESP bytes, packed once per
 batch by hiredis); `parse_reply` turns the script's flat reply back into one result per action.
-The per-action key names come from `redis_keys.action_keys` (six keys, one slot per action) and
+The per-action key names come from `redis_keys.action_keys` (seven keys, one slot per action) and
 the arguments from `_action_args` only. On a single Redis one call carries a whole batch; on a
 cluster `call_args` builds one call per shard (see cluster_batcher.py).
 """
@@ -24,7 +24,7 @@ from app.actions.key import action_fingerprint
 
 Verdict = Literal["created", "replay", "mismatch", "gone", "future"]
 _VERDICTS: Final = frozenset(("created", "replay", "mismatch", "gone", "future"))
-_ARGS_PER_ACTION: Final = 10
+_ARGS_PER_ACTION: Final = 11
 #: Reply fields per action: verdict, outcome, applied_at_ms, effect_id.
 _REPLY_PER_ACTION: Final = 4
 
@@ -136,6 +136,7 @@ def _action_args(action: Action) -> tuple[str, ...]:
         action.model_version,
         str(action.decided_at_ms),
         reason,
+        action.explanation_json(),
     )
 
 

@@ -14,6 +14,8 @@ _ID: Final = {
     "maxLength": 64,
 }
 _KEY: Final = {"type": "string", "pattern": "^[0-9a-f]{32}$", "minLength": 32, "maxLength": 32}
+_DECISION_KEY: Final = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
+                        "minLength": 1, "maxLength": 64}
 _TS: Final = {"type": "integer", "format": "int64", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
 _MS: Final = {"type": "integer", "format": "int64"}
 _JSON: Final = "application/json"
@@ -66,14 +68,21 @@ def _schemas() -> dict[str, Any]:
             "maxLength": 128,
         },
         "decided_at_ms": {**_TS, "description": "Wall clock at decision (ms since epoch)."},
+        "explanation": {"type": "array", "minItems": 1, "maxItems": 20,
+                        "items": _ref("Contribution"),
+                        "description": "Optional: the top contributing features (occlusion "
+                        "against the training reference); not part of the action's identity."},
     }
+    explanation = {"type": "array", "items": _ref("Contribution"), "nullable": True,
+                   "description": "Top contributing features, largest |contribution| first."}
     result_fields = {
         "idempotency_key": _KEY,
         "type": {"type": "string", "enum": ["freeze_card", "alert_customer"]},
         "card_id": _ID,
         "txn_id": _ID,
         "ts_ms": _MS,
-        "outcome": {"type": "string", "enum": ["frozen", "already_frozen", "alert_queued"]},
+        "outcome": {"type": "string", "enum": ["frozen", "already_frozen",
+                                               "superseded_by_release", "alert_queued"]},
         "applied_at_ms": _MS,
         "effect_id": {"type": "string", "description": "ID of the entry in the `effects` stream."},
     }
@@ -85,9 +94,20 @@ def _schemas() -> dict[str, Any]:
         "score": {"type": "number"},
         "model_version": {"type": "string"},
         "queued_at_ms": _MS,
+        "explanation": explanation,
     }
     return {
-        "Action": _object(action_fields, "An action, exactly the actions contract."),
+        "Action": {**_object(action_fields, "An action, exactly the actions contract."),
+                   "required": [name for name in action_fields if name != "explanation"]},
+        "Contribution": _object(
+            {
+                "name": {"type": "string", "pattern": "^[a-z0-9_]{1,64}$"},
+                "value": {"type": "number", "description": "The feature's value as served."},
+                "contribution": {"type": "number", "description": "score minus the score with "
+                                 "this feature at its training reference."},
+            },
+            "One feature of an explanation.",
+        ),
         "ActionResult": _object(result_fields, "What applying the action did (stored, replayed)."),
         "ActionRecord": _object(
             {
@@ -99,6 +119,7 @@ def _schemas() -> dict[str, Any]:
                 "model_version": {"type": "string"},
                 "decided_at_ms": _MS,
                 "expires_in_ms": {"type": "integer", "minimum": 0},
+                "explanation": explanation,
             },
             "The stored record of an applied key (score/model/decided_at of the applying request).",
         ),
@@ -110,10 +131,55 @@ def _schemas() -> dict[str, Any]:
                 "frozen_at_ms": {**_MS, "nullable": True},
                 "reason": {"type": "string", "nullable": True},
                 "txn_id": {**_ID, "nullable": True},
+                "explanation": explanation,
+                "released_at_ms": {**_MS, "nullable": True,
+                                   "description": "When an analyst last released the card."},
+                "released_by": {"type": "string", "nullable": True},
+                "confirmed_fraud": {"type": "boolean",
+                                    "description": "An analyst confirmed fraud on the card."},
                 "alerts_total": {"type": "integer", "minimum": 0},
                 "alerts": {"type": "array", "items": _ref("Alert")},
+                "history": {"type": "array", "items": _ref("CardEvent"),
+                            "description": "Newest status events, oldest first."},
             },
             "A card's status; a card never acted on is active with no alerts.",
+        ),
+        "CardEvent": _object(
+            {
+                "event": {"type": "string", "enum": ["frozen", "released", "confirmed"]},
+                "at_ms": _MS,
+                "by": {"type": "string", "description": "`model <version>` or the token's name."},
+                "reason": {"type": "string"},
+                "txn_id": {**_ID, "nullable": True},
+                "idempotency_key": {"type": "string"},
+                "effect_id": {"type": "string", "description": "Its `effects` entry."},
+            },
+            "One change of a card's status (a freeze, an analyst's release or confirmation).",
+        ),
+        "DecisionBody": {
+            "type": "object",
+            "required": ["reason"],
+            "additionalProperties": False,
+            "properties": {
+                "reason": {"type": "string", "minLength": 1, "maxLength": 500},
+                "txn_id": {**_ID, "description": "confirm only: the fraudulent transaction "
+                           "(default: the card's last frozen transaction)."},
+            },
+            "description": "Why (release: `reason` only; confirm: `reason`, optional `txn_id`).",
+        },
+        "DecisionResult": _object(
+            {
+                "idempotency_key": _DECISION_KEY,
+                "decision": {"type": "string", "enum": ["release", "confirm"]},
+                "card_id": _ID,
+                "outcome": {"type": "string", "enum": ["released", "not_frozen", "confirmed"]},
+                "txn_id": {**_ID, "nullable": True},
+                "reason": {"type": "string"},
+                "by": {"type": "string", "description": "The name of the token that decided."},
+                "applied_at_ms": _MS,
+                "effect_id": {"type": "string", "description": "Its `effects` entry."},
+            },
+            "What the decision did (the same body on every replay).",
         ),
         "Error": _object(
             {
@@ -229,6 +295,12 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/cards/{card_id}/release": _decision_path(
+            "releaseCard", "Unfreeze a card (an analyst's decision; labels its freeze 0).",
+            unauthorized, unavailable, invalid),
+        "/v1/cards/{card_id}/confirm": _decision_path(
+            "confirmCard", "Confirm fraud on a card (an analyst's decision; labels it 1).",
+            unauthorized, unavailable, invalid),
         "/healthz": {
             "get": {
                 "operationId": "healthz",
@@ -274,6 +346,40 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+    }
+
+
+def _decision_path(operation: str, summary: str, unauthorized: dict[str, Any],
+                   unavailable: dict[str, Any], invalid: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": operation,
+            "summary": summary,
+            "security": [{"bearerAuth": []}],
+            "parameters": [
+                {"name": "card_id", "in": "path", "required": True, "schema": _ID},
+                {"name": "Idempotency-Key", "in": "header", "required": True,
+                 "description": "Chosen by the client; scoped to the card.",
+                 "schema": _DECISION_KEY},
+            ],
+            "requestBody": {"required": True,
+                            "content": {_JSON: {"schema": _ref("DecisionBody")}}},
+            "responses": {
+                "201": _ok("New key: decision applied, recorded with its ledger entry and label "
+                           "atomically.", "DecisionResult"),
+                "200": _ok("Known key, same decision: the stored result, no second effect.",
+                           "DecisionResult", {"Idempotent-Replayed": {
+                               "description": "Always `true` on a replay.",
+                               "schema": {"type": "string", "enum": ["true"]}}}),
+                "400": _error("The Idempotency-Key header is missing."),
+                "401": unauthorized,
+                "403": _error("The token is read-only (FRAUDSTREAM_ACTION_READ_TOKEN)."),
+                "409": _error("A request with the same key is in flight in this process."),
+                "413": _error("Body over 64 KiB."),
+                "422": invalid,
+                "503": unavailable,
+            },
+        }
     }
 
 

@@ -6,9 +6,15 @@ one Redis Cluster slot and one Lua call can write them atomically on a cluster t
     idem:{tag}:<idempotency_key>      hash, the key's record (expires after the key TTL)
     card:{tag}:<card_id>              hash, the card's status
     card:{tag}:<card_id>:alerts       list, the card's newest alerts
+    card:{tag}:<card_id>:history      list, the card's newest status events (frozen, released,
+                                      confirmed: JSON objects, oldest first)
+    card:{tag}:<card_id>:decision:<k> hash, an analyst decision's idempotency record (key k,
+                                      scoped to the card; expires after the key TTL)
     effects:{tag}                     stream, the shard's part of the exactly-once ledger
     alerts:{tag}                      stream, the shard's queued customer alerts
     stats:{tag}                       hash, the shard's durable counters (`replays`)
+    labels:{tag}                      stream, the shard's outbox of analyst labels (forwarded
+                                      to the Kafka topic `labels`, see label_outbox.py)
 
 and one key in the shard of the idempotency key itself (`crc32(key) % SHARDS`):
 
@@ -54,8 +60,11 @@ EFFECTS_STREAMS: Final = tuple(keys[0] for keys in SHARD_KEYS)
 ALERTS_STREAMS: Final = tuple(keys[1] for keys in SHARD_KEYS)
 #: Every shard's counters hash; field `replays` counts redeliveries absorbed (200 replayed).
 STATS_KEYS: Final = tuple(keys[2] for keys in SHARD_KEYS)
+#: Every shard's outbox of analyst labels, in shard order (same tag as the shard's cards).
+LABEL_STREAMS: Final = tuple(f"labels:{{{tag}}}" for tag in SHARD_TAGS)
 #: Key patterns of every key the service writes (for ACLs).
-KEY_PATTERNS: Final = ("idem:*", "card:*", "effects:*", "alerts:*", "stats:*", "claim:*")
+KEY_PATTERNS: Final = ("idem:*", "card:*", "effects:*", "alerts:*", "stats:*", "claim:*",
+                       "labels:*")
 
 
 def shard_of(name: str) -> int:
@@ -90,11 +99,28 @@ def card_alerts_key(card_id: str) -> str:
     return f"card:{{{SHARD_TAGS[shard_of(card_id)]}}}:{card_id}:alerts"
 
 
-def action_keys(key: str, card_id: str) -> tuple[str, str, str, str, str, str]:
+def card_history_key(card_id: str) -> str:
+    """Redis list of a card's newest status events (JSON objects), oldest first."""
+    return f"card:{{{SHARD_TAGS[shard_of(card_id)]}}}:{card_id}:history"
+
+
+def action_keys(key: str, card_id: str) -> tuple[str, str, str, str, str, str, str]:
     """Every key one action touches, in the apply script's order: idem, card, card alerts,
-    then its shard's effects stream, alerts stream and stats hash (one slot, one tag)."""
+    then its shard's effects stream, alerts stream and stats hash, then the card's history
+    (one slot, one tag)."""
     shard = shard_of(card_id)
     tag = SHARD_TAGS[shard]
     effects, alerts, stats = SHARD_KEYS[shard]
     return (f"idem:{{{tag}}}:{key}", f"card:{{{tag}}}:{card_id}",
-            f"card:{{{tag}}}:{card_id}:alerts", effects, alerts, stats)
+            f"card:{{{tag}}}:{card_id}:alerts", effects, alerts, stats,
+            f"card:{{{tag}}}:{card_id}:history")
+
+
+def decision_keys(key: str, card_id: str) -> tuple[str, str, str, str, str]:
+    """Every key one analyst decision touches, in the decision script's order: its record, the
+    card, the card's history, the shard's effects stream and its labels outbox (one slot)."""
+    shard = shard_of(card_id)
+    tag = SHARD_TAGS[shard]
+    card = f"card:{{{tag}}}:{card_id}"
+    return (f"{card}:decision:{key}", card, f"{card}:history", SHARD_KEYS[shard][0],
+            LABEL_STREAMS[shard])

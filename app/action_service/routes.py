@@ -12,6 +12,12 @@ from aiohttp import hdrs, web
 from redis.exceptions import RedisError
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS, STORE, TOKENS
+from app.action_service.decisions import (
+    DECISION_KEY_RE,
+    Decision,
+    DecisionError,
+    DecisionRequest,
+)
 from app.action_service.metrics import CONTENT_TYPE_LATEST
 from app.action_service.observe import observed, unmatched
 from app.action_service.openapi import build_openapi
@@ -154,8 +160,76 @@ async def get_card(request: web.Request) -> web.Response:
     card_id = request.match_info["card_id"]
     if not _CARD_ID_RE.fullmatch(card_id):
         return error_reply(422, "card_id: must be 1..64 characters of [A-Za-z0-9_.:-]", "card_id")
-    fields, alerts = await request.app[STORE].card(card_id)
-    return json_reply(render_card(card_id, fields, alerts))
+    fields, alerts, history = await request.app[STORE].card(card_id)
+    return json_reply(render_card(card_id, fields, alerts, history))
+
+
+async def _read_body(request: web.Request) -> bytes | web.Response:
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        return error_reply(413, f"body is over {MAX_BODY_BYTES} bytes", None)
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return error_reply(413, f"body is over {MAX_BODY_BYTES} bytes", None)
+
+
+def decision_handler(decision: Decision):  # noqa: ANN201 - an aiohttp handler
+    """The handler of POST /v1/cards/{card_id}/<decision> (release or confirm): applied once
+    per Idempotency-Key with the same answers as POST /v1/actions (201, 200 replayed, 409 in
+    flight, 422 same key with another body), recorded with the token's name and the time."""
+
+    async def post_decision(request: web.Request) -> web.Response:
+        header = request.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        who = request.app[TOKENS].identify(given.strip()) if scheme.lower() == "bearer" else None
+        if who is None:
+            return _unauthorized()
+        access, by = who
+        if access != "write":
+            return _forbidden()
+        key = request.headers.get("Idempotency-Key", "")
+        if not key:
+            return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
+        if not DECISION_KEY_RE.fullmatch(key):
+            return error_reply(422, "Idempotency-Key: must be 1..64 characters of "
+                               "[A-Za-z0-9_.:-]", "Idempotency-Key")
+        card_id = request.match_info["card_id"]
+        if not _CARD_ID_RE.fullmatch(card_id):
+            return error_reply(422, "card_id: must be 1..64 characters of [A-Za-z0-9_.:-]",
+                               "card_id")
+        raw = await _read_body(request)
+        if isinstance(raw, web.Response):
+            return raw
+        try:
+            asked = DecisionRequest.from_json(decision, card_id, raw)
+        except DecisionError as exc:
+            return error_reply(422, exc.reason, exc.field)
+        metrics = request.app[METRICS]
+        in_flight = request.app[IN_FLIGHT]
+        flight_key = f"decision {card_id} {key}"  # never equal to an action key (32 hex)
+        if flight_key in in_flight:
+            metrics.child(metrics.conflicts, "in_flight").inc()
+            return error_reply(409, "a request with this Idempotency-Key is in flight",
+                               "Idempotency-Key")
+        in_flight.add(flight_key)
+        try:  # Redis errors and too few replicas are answered 503 by `observed`
+            result = await request.app[STORE].decide(key, asked, by)
+        finally:
+            in_flight.discard(flight_key)
+        if result.verdict == "mismatch":
+            metrics.child(metrics.conflicts, "payload_mismatch").inc()
+            return error_reply(422, "Idempotency-Key: already used on this card for a different "
+                               "decision (decision, reason or txn_id differ)", "Idempotency-Key")
+        body = result.render(key, asked)
+        if result.verdict == "replay":
+            metrics.child(metrics.replays, f"{decision}_card").inc()
+            return json_reply(body, 200, {"Idempotent-Replayed": "true"})
+        metrics.child(metrics.effects, f"{decision}_card", result.outcome).inc()
+        logger.info("decision applied decision=%s card_ref=%s outcome=%s by=%s effect_id=%s",
+                    decision, card_ref(card_id), result.outcome, by, result.effect_id)
+        return json_reply(body, 201)
+
+    return post_decision
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -199,6 +273,8 @@ def setup_routes(app: web.Application) -> None:
         ("POST", "/v1/actions", post_action),
         ("GET", "/v1/actions/{idempotency_key}", get_action),
         ("GET", "/v1/cards/{card_id}", get_card),
+        ("POST", "/v1/cards/{card_id}/release", decision_handler("release")),
+        ("POST", "/v1/cards/{card_id}/confirm", decision_handler("confirm")),
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),
         ("GET", "/metrics", metrics),

@@ -3,18 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import orjson
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
 
-from app.action_service.apply_script import ApplyResult, ScriptLimits
+from app.action_service.apply_script import ApplyResult, NotReplicatedError, ScriptLimits
 from app.action_service.batcher import ApplyBatcher, BatchObserver, ScriptConnection
 from app.action_service.cluster_batcher import ClusterApplyBatcher, NodeClientFactory
+from app.action_service.decisions import (
+    DecisionRequest,
+    DecisionResult,
+    decide_args,
+    decide_script_sha,
+    decide_script_source,
+)
 from app.action_service.raw_connection import RawConnection
-from app.action_service.redis_keys import card_alerts_key, card_key, claim_key, idem_key
+from app.action_service.redis_keys import (
+    card_alerts_key,
+    card_history_key,
+    card_key,
+    claim_key,
+    decision_keys,
+    idem_key,
+)
 from app.actions.action import Action
 
 
@@ -57,6 +72,8 @@ class ActionStore:
             raise ValueError(f"alerts_per_card must be >= 1, got {alerts_per_card}")
         self._redis = redis
         self._cluster = isinstance(redis, RedisCluster)
+        self._wait = (wait_replicas, wait_timeout_ms)
+        self._node_client = node_client
         self._limits = ScriptLimits(ttl_ms, ttl_ms - margin_ms, margin_ms, alerts_per_card)
         self._batcher: Applier
         if isinstance(redis, RedisCluster):
@@ -127,14 +144,56 @@ class ActionStore:
             record, pttl = await pipe.execute()
         return (record, int(pttl)) if record else None
 
-    async def card(self, card_id: str) -> tuple[dict[str, str], list[str]]:
-        """A card's hash and its alert list (JSON strings), read as one snapshot (MULTI/EXEC:
-        both keys are in the card's slot, so this holds on a cluster too)."""
+    async def decide(self, key: str, request: DecisionRequest, by: str) -> DecisionResult:
+        """Record and apply an analyst decision in one call of decide.lua (every key in the
+        card's slot); with `wait_replicas` > 0, WAIT follows on the same connection and too few
+        acknowledgements raise NotReplicatedError (the retry is answered from the record)."""
+        keys = decision_keys(key, request.card_id)
+        args = decide_args(key, request, by, ttl_ms=self._limits.ttl_ms,
+                           history_kept=self._limits.alerts_per_card)
+        if not self._cluster:
+            return await self._decide_on(self._redis, keys, args)  # type: ignore[arg-type]
+        if self._node_client is None:
+            raise RuntimeError("a cluster store needs node_client")
+        node = self._redis.get_node_from_key(keys[1])  # type: ignore[union-attr]
+        client = self._node_client(node.host, node.port)
+        try:
+            return await self._decide_on(client, keys, args)
+        finally:
+            await client.aclose()
+
+    async def _decide_on(self, client: Redis, keys: tuple[str, ...], args: list[str]
+                         ) -> DecisionResult:
+        replicas, timeout_ms = self._wait
+        for attempt in range(2):
+            async with client.pipeline(transaction=False) as pipe:
+                if attempt:  # the script was not loaded yet (a new or restarted Redis)
+                    pipe.script_load(decide_script_source())
+                pipe.evalsha(decide_script_sha(), len(keys), *keys, *args)
+                if replicas:
+                    pipe.execute_command("WAIT", replicas, timeout_ms)
+                try:
+                    replies = await pipe.execute()
+                except NoScriptError:
+                    if attempt:
+                        raise
+                    continue
+            replies = replies[1:] if attempt else replies
+            result = DecisionResult.from_reply(replies[0])
+            if replicas and result.verdict != "mismatch" and int(replies[1]) < replicas:
+                raise NotReplicatedError(int(replies[1]), replicas, timeout_ms)
+            return result
+        raise AssertionError("unreachable")
+
+    async def card(self, card_id: str) -> tuple[dict[str, str], list[str], list[str]]:
+        """A card's hash, its alert list and its history (JSON strings), read as one snapshot
+        (MULTI/EXEC: every key is in the card's slot, so this holds on a cluster too)."""
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(card_key(card_id))
             pipe.lrange(card_alerts_key(card_id), 0, -1)
-            fields, alerts = await pipe.execute()
-        return fields, alerts
+            pipe.lrange(card_history_key(card_id), 0, -1)
+            fields, alerts, history = await pipe.execute()
+        return fields, alerts, history
 
     async def ping(self) -> bool:
         """True when Redis answers PING."""
@@ -187,20 +246,46 @@ def render_record(record: dict[str, str], expires_in_ms: int) -> dict[str, Any]:
         "model_version": record["model_version"],
         "decided_at_ms": int(record["decided_at_ms"]),
         "expires_in_ms": max(expires_in_ms, 0),
+        "explanation": _explanation(record.get("explanation")),
     }
 
 
-def render_card(card_id: str, fields: dict[str, str], alerts: list[str]) -> dict[str, Any]:
-    """The GET /v1/cards/{card_id} body; a card never acted on is active with no alerts."""
+def _explanation(stored: str | None) -> list[dict[str, Any]] | None:
+    """A stored explanation (JSON text written by the apply script), or None."""
+    return orjson.loads(stored) if stored else None
+
+
+def render_card(card_id: str, fields: dict[str, str], alerts: list[str],
+                history: Sequence[str] = ()) -> dict[str, Any]:
+    """The GET /v1/cards/{card_id} body; a card never acted on is active with no alerts.
+    `history` is the card's newest status events (frozen, released, confirmed), oldest first."""
     frozen = fields.get("status") == "frozen"
+    released = "released_at_ms" in fields
     return {
         "card_id": card_id,
         "status": "frozen" if frozen else "active",
         "frozen_at_ms": int(fields["frozen_at_ms"]) if frozen else None,
         "reason": fields.get("reason") if frozen else None,
         "txn_id": fields.get("txn_id") if frozen else None,
+        "explanation": _explanation(fields.get("explanation")) if frozen else None,
+        "released_at_ms": int(fields["released_at_ms"]) if released else None,
+        "released_by": fields.get("released_by"),
+        "confirmed_fraud": "confirmed_at_ms" in fields,
         "alerts_total": int(fields.get("alerts_total", 0)),
         "alerts": [_render_alert(orjson.loads(raw)) for raw in alerts],
+        "history": [_render_event(orjson.loads(raw)) for raw in history],
+    }
+
+
+def _render_event(event: dict[str, str]) -> dict[str, Any]:
+    return {
+        "event": event["event"],
+        "at_ms": int(event["at_ms"]),
+        "by": event["by"],
+        "reason": event["reason"],
+        "txn_id": event.get("txn_id") or None,
+        "idempotency_key": event["idempotency_key"],
+        "effect_id": event["effect_id"],
     }
 
 
@@ -213,4 +298,5 @@ def _render_alert(alert: dict[str, str]) -> dict[str, Any]:
         "score": float(alert["score"]),
         "model_version": alert["model_version"],
         "queued_at_ms": int(alert["queued_at_ms"]),
+        "explanation": _explanation(alert.get("explanation")),
     }

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import orjson
 
+from app.actions.explanation import Contribution, ExplanationError, parse_explanation
 from app.actions.key import ACTION_TYPES, KEY_RE, ActionType, idempotency_key
 from app.transactions.contract import MIN_TS_MS
 
@@ -42,7 +43,10 @@ class ActionError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """One decided action, exactly the actions contract of design.md."""
+    """One decided action, exactly the actions contract of design.md, plus an optional
+    `explanation` (its top contributing features, app.scoring.explain). The explanation is not
+    part of the action's identity (key, fingerprint): a replay with or without it is the same
+    action."""
 
     idempotency_key: str
     type: ActionType
@@ -52,10 +56,20 @@ class Action:
     score: float
     model_version: str
     decided_at_ms: int
+    explanation: tuple[Contribution, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict in contract field order (JSON-ready)."""
-        return asdict(self)
+        """Plain dict in contract field order (JSON-ready); `explanation` only when present."""
+        out = {name: getattr(self, name) for name in FIELDS}
+        if self.explanation is not None:
+            out["explanation"] = [c.to_dict() for c in self.explanation]
+        return out
+
+    def explanation_json(self) -> str:
+        """The explanation as a JSON string ('' when absent), as the action service stores it."""
+        if self.explanation is None:
+            return ""
+        return orjson.dumps([c.to_dict() for c in self.explanation]).decode()
 
     def to_json(self) -> bytes:
         """Canonical JSON bytes: the Kafka value and the HTTP body."""
@@ -76,8 +90,12 @@ class Action:
         return _validate(obj)
 
 
-FIELDS: Final = tuple(Action.__dataclass_fields__)
+#: The contract's required fields, in order.
+FIELDS: Final = tuple(name for name in Action.__dataclass_fields__ if name != "explanation")
+#: Optional fields.
+OPTIONAL_FIELDS: Final = ("explanation",)
 _FIELD_SET: Final = frozenset(FIELDS)
+_FIELD_SET_EXPLAINED: Final = frozenset((*FIELDS, "explanation"))
 
 
 def make_action(
@@ -89,9 +107,10 @@ def make_action(
     score: float,
     model_version: str,
     decided_at_ms: int,
+    explanation: tuple[Contribution, ...] | None = None,
 ) -> Action:
     """Build a validated Action, deriving its idempotency key from (type, txn_id)."""
-    return _validate(
+    action = _validate(
         {
             "idempotency_key": idempotency_key(action_type, txn_id),
             "type": action_type,
@@ -103,6 +122,9 @@ def make_action(
             "decided_at_ms": decided_at_ms,
         }
     )
+    if explanation is None:
+        return action
+    return _validate({**action.to_dict(), "explanation": [c.to_dict() for c in explanation]})
 
 
 def _json_type(value: Any) -> str:
@@ -147,14 +169,15 @@ def _check_fields(obj: Any) -> None:
         if name not in obj:
             raise ActionError("missing_field", name, f"{name}: required field is missing")
     for name in obj:
-        if name not in Action.__dataclass_fields__:
+        if name not in _FIELD_SET_EXPLAINED:
             shown = str(name)[:64]
             raise ActionError("unknown_field", shown, f"{shown}: unknown field")
 
 
 def _validate(obj: Any) -> Action:
     # one set comparison for the usual case; the field-by-field walk only names what is wrong
-    if type(obj) is not dict or obj.keys() != _FIELD_SET:
+    if type(obj) is not dict or (obj.keys() != _FIELD_SET
+                                 and obj.keys() != _FIELD_SET_EXPLAINED):
         _check_fields(obj)
     action_type = obj["type"]
     if type(action_type) is not str:
@@ -187,6 +210,13 @@ def _validate(obj: Any) -> Action:
         obj, "model_version", _MODEL_VERSION_RE, "1..128 printable ASCII characters"
     )
     decided_at_ms = _timestamp(obj, "decided_at_ms")
+    explanation = None
+    if "explanation" in obj:
+        try:
+            explanation = parse_explanation(obj["explanation"])
+        except ExplanationError as exc:
+            raise ActionError("bad_format", "explanation", f"explanation: {exc}") from None
     return Action(
-        key, action_type, card_id, txn_id, ts_ms, float(score), model_version, decided_at_ms
+        key, action_type, card_id, txn_id, ts_ms, float(score), model_version, decided_at_ms,
+        explanation,
     )

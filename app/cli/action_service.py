@@ -44,7 +44,7 @@ def action_service(port: int | None, host: str, shutdown_timeout: float) -> None
     # run_app turns SIGTERM/SIGINT into a graceful stop: stop accepting, let in-flight
     # requests finish (up to shutdown_timeout), then run cleanup_ctx (closes Redis).
     web.run_app(
-        create_app(settings, tokens=tokens),
+        create_app(settings, tokens=tokens, forward_labels=True),
         host=host,
         port=settings.action_service_port,
         shutdown_timeout=shutdown_timeout,

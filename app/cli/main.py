@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "secure-stack": "app.cli.secure_stack:secure_stack",
     "generate": "app.cli.generate:generate",
     "replay": "app.cli.replay:replay",
+    "labels": "app.cli.labels:labels",
     "worker": "app.cli.worker:worker",
     "demo": "app.cli.demo:demo",
     "features": "app.cli.features:features",

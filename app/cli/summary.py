@@ -39,6 +39,14 @@ def _fit(label: str, items: Sequence[str], *, sep: str = ", ", more: str = "+{} 
     return line
 
 
+def _number(value: float) -> str:
+    """A feature value in a few characters (1.2M, 35k, 7.25)."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e4, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{suffix}"
+    return f"{value}" if isinstance(value, int) else f"{value:.3g}"
+
+
 def summarise(prefix: str, sizes: Mapping[str, int], dlq_reasons: Counter[str],
               action_types: Sequence[tuple[str, str]], frozen: Sequence[Mapping[str, Any]],
               frozen_file: str) -> DemoSummary:
@@ -81,6 +89,11 @@ def summarise(prefix: str, sizes: Mapping[str, int], dlq_reasons: Counter[str],
             n_alerts = len(view.get("alerts") or [])
         lines.append(f"{INDENT}{view['card_id']}  {view['status']} by {view.get('txn_id')}, "
                      f"{n_alerts} alert{'' if n_alerts == 1 else 's'}")
+        explanation = view.get("explanation") or []
+        if explanation:  # the freeze's top features: value and contribution to the score
+            lines.append(_fit("  why", [
+                f"{c['name']}={_number(c['value'])} {c['contribution']:+.2f}"
+                for c in explanation]))
     if frozen:
         shown = min(len(frozen), FROZEN_ROWS)
         lines.append(f"{INDENT}{'all' if shown == len(frozen) else f'{shown} of'} "

@@ -20,9 +20,11 @@ from typing import Any, Final
 import numpy as np
 
 from app.actions import ACTION_TYPES, Action
+from app.actions.explanation import Contribution
 from app.features.declaration import FEATURE_NAMES
 from app.features.offline import OfflineResult, compute_features
-from app.scoring.policy import Thresholds, build_actions, near_threshold
+from app.scoring.explain import explainer_for
+from app.scoring.policy import Thresholds, build_actions, decide, near_threshold
 from app.scoring.registry import LoadedModel, ModelRegistry
 from app.scoring.scorer import features_matrix
 from app.transactions.contract import DEFAULT_MAX_BYTES
@@ -92,8 +94,10 @@ def run_oracle(
     thresholds: Thresholds | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: Callable[[int], None] | None = None,
+    explain: bool = True,
 ) -> OracleRun:
-    """Features → scores → policy over a log (raw messages or a log file), in log order."""
+    """Features → scores → policy over a log (raw messages or a log file), in log order; with
+    `explain`, each action carries its explanation, computed as the worker computes it."""
     loaded = model if isinstance(model, LoadedModel) else model.load(version)
     policy = loaded.thresholds if thresholds is None else thresholds
     offline = compute_features(lines, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
@@ -104,12 +108,26 @@ def run_oracle(
     boundary: set[str] = set()
     rows = zip(table.column("txn_id").to_pylist(), table.column("card_id").to_pylist(),
                table.column("ts_ms").to_pylist(), scores.tolist(), strict=True)
-    for txn_id, card_id, ts_ms, score in rows:
+    explanations = _explanations(loaded, offline, scores, policy) if explain else {}
+    for i, (txn_id, card_id, ts_ms, score) in enumerate(rows):
         if near_threshold(score, policy):
             boundary.add(txn_id)
         actions.extend(build_actions(_Txn(txn_id, card_id, ts_ms), score, loaded.version, ts_ms,
-                                     thresholds=policy))
+                                     thresholds=policy, explanation=explanations.get(i)))
     return OracleRun(actions, loaded.version, policy, offline, scores, frozenset(boundary))
+
+
+def _explanations(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
+                  policy: Thresholds) -> dict[int, tuple[Contribution, ...]]:
+    """The explanation of every row that produces an action (by row index)."""
+    explainer = explainer_for(model)
+    rows = [i for i, score in enumerate(scores.tolist()) if decide(score, policy)]
+    if explainer is None or not rows:
+        return {}
+    picked = offline.table.take(rows)
+    values = list(zip(*(picked.column(n).to_pylist() for n in FEATURE_NAMES), strict=True))
+    found = explainer.explain(features_matrix(values), scores[rows], values)
+    return dict(zip(rows, found, strict=True))
 
 
 def oracle_actions(

@@ -14,10 +14,11 @@ by a few ulps and flip such a decision. The oracle reports them so comparisons c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from app.actions import Action, ActionType, make_action
+from app.actions.explanation import Contribution
 
 #: Scores closer than this to a threshold may decide differently on another execution provider.
 BOUNDARY_EPS: Final = 1e-5
@@ -89,11 +90,17 @@ def build_actions(
     decided_at_ms: int,
     *,
     thresholds: Thresholds,
+    explanation: tuple[Contribution, ...] | None = None,
 ) -> list[Action]:
-    """The actions for one scored transaction, keys from app.actions (type and txn_id only)."""
+    """The actions for one scored transaction, keys from app.actions (type and txn_id only);
+    each carries `explanation` when given."""
     value = float(score)
-    return [
+    actions = [
         make_action(kind, card_id=txn.card_id, txn_id=txn.txn_id, ts_ms=txn.ts_ms, score=value,
                     model_version=model_version, decided_at_ms=decided_at_ms)
         for kind in decide(value, thresholds)
     ]
+    if explanation is None:
+        return actions
+    # built by app.scoring.explain (names of the declaration, finite numbers): not parsed again
+    return [replace(action, explanation=explanation) for action in actions]

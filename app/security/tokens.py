@@ -1,9 +1,17 @@
-"""Bearer tokens of the action service: full-access and read-only sets, rotation, loopback dev token."""
+"""Bearer tokens of the action service: full-access and read-only sets, rotation, loopback dev token.
+
+Each configured entry is `token` or `name:token`; the name (1..64 characters of
+`[A-Za-z0-9_.@-]`) is who an analyst decision records as its author. An unnamed token is named
+`token-<first 8 hex of its SHA-256>` (stable, and not the token itself); the dev token is `dev`.
+A token that itself contains `:` after such a prefix must therefore be given a name.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -16,6 +24,20 @@ from app.settings import Settings
 LOCAL_DEV_TOKEN: Final = "dev-token-change-me"
 
 Access = Literal["write", "read"]
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+
+
+def parse_entry(entry: str) -> tuple[str, str]:
+    """(name, token) of a configured entry `name:token` or `token` (then a derived name)."""
+    name, sep, token = entry.partition(":")
+    if sep and token.strip() and _NAME_RE.fullmatch(name.strip()):
+        return name.strip(), token.strip()
+    return derived_name(entry), entry
+
+
+def derived_name(token: str) -> str:
+    """The name of an unnamed token: `token-` and 8 hex of its SHA-256 (reveals nothing usable)."""
+    return "token-" + hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
 def is_loopback(host: str) -> bool:
@@ -36,6 +58,9 @@ class TokenSet:
     write: tuple[bytes, ...]
     read: tuple[bytes, ...] = ()
     dev: bool = False
+    #: names of `write` and `read`, position for position (derived when not given)
+    write_names: tuple[str, ...] = ()
+    read_names: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"TokenSet(write={len(self.write)}, read={len(self.read)}, dev={self.dev})"
@@ -49,6 +74,22 @@ class TokenSet:
         if write:
             return "write"
         return "read" if read else None
+
+    def identify(self, given: str) -> tuple[Access, str] | None:
+        """What a presented token may do and its name, or None (constant time like `access`)."""
+        raw = given.encode("utf-8", "surrogateescape")
+        write = [hmac.compare_digest(raw, t) for t in self.write]
+        read = [hmac.compare_digest(raw, t) for t in self.read]
+        if any(write):
+            return "write", _name_at(self.write, self.write_names, write.index(True))
+        if any(read):
+            return "read", _name_at(self.read, self.read_names, read.index(True))
+        return None
+
+
+def _name_at(tokens: tuple[bytes, ...], names: tuple[str, ...], i: int) -> str:
+    return names[i] if i < len(names) else derived_name(tokens[i].decode("utf-8",
+                                                                         "surrogateescape"))
 
 
 def _configured(value: str | None, path: Path | None, variable: str) -> list[str]:
@@ -64,10 +105,16 @@ def _configured(value: str | None, path: Path | None, variable: str) -> list[str
     return tokens
 
 
+def write_entries(settings: Settings) -> list[tuple[str, str]]:
+    """Configured full-access (name, token) pairs, in order (FRAUDSTREAM_ACTION_TOKEN, then its
+    file)."""
+    return [parse_entry(e) for e in _configured(settings.action_token, settings.action_token_file,
+                                                "FRAUDSTREAM_ACTION_TOKEN")]
+
+
 def write_tokens(settings: Settings) -> list[str]:
-    """Configured full-access tokens, in order (FRAUDSTREAM_ACTION_TOKEN, then its file)."""
-    return _configured(settings.action_token, settings.action_token_file,
-                       "FRAUDSTREAM_ACTION_TOKEN")
+    """Configured full-access tokens (names stripped), in order."""
+    return [token for _, token in write_entries(settings)]
 
 
 def service_tokens(settings: Settings, host: str = "127.0.0.1") -> TokenSet:
@@ -76,9 +123,13 @@ def service_tokens(settings: Settings, host: str = "127.0.0.1") -> TokenSet:
     Raises SecretError (one line, naming the variables) when none is configured on a
     non-loopback address.
     """
-    write = write_tokens(settings)
-    read = _configured(settings.action_read_token, settings.action_read_token_file,
-                       "FRAUDSTREAM_ACTION_READ_TOKEN")
+    write_named = write_entries(settings)
+    read_named = [parse_entry(e) for e in _configured(
+        settings.action_read_token, settings.action_read_token_file,
+        "FRAUDSTREAM_ACTION_READ_TOKEN")]
+    write = [token for _, token in write_named]
+    read = [token for _, token in read_named]
+    write_names = [name for name, _ in write_named]
     dev = not write
     if dev:
         if not is_loopback(host):
@@ -87,11 +138,13 @@ def service_tokens(settings: Settings, host: str = "127.0.0.1") -> TokenSet:
                 "or FRAUDSTREAM_ACTION_TOKEN_FILE (the built-in dev token is loopback-only)"
             )
         write = [LOCAL_DEV_TOKEN]
+        write_names = ["dev"]
     overlap = set(write) & set(read)
     if overlap:
         raise SecretError("a token is both full-access and read-only: "
                           "FRAUDSTREAM_ACTION_TOKEN and FRAUDSTREAM_ACTION_READ_TOKEN overlap")
-    return TokenSet(tuple(t.encode() for t in write), tuple(t.encode() for t in read), dev)
+    return TokenSet(tuple(t.encode() for t in write), tuple(t.encode() for t in read), dev,
+                    tuple(write_names), tuple(name for name, _ in read_named))
 
 
 def client_token(settings: Settings) -> str:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from app.scoring.policy import Thresholds, build_actions
+import numpy as np
+
+from app.actions.explanation import Contribution
+from app.scoring.explain import Explainer, explainer_for
+from app.scoring.policy import Thresholds, build_actions, decide
 from app.scoring.registry import LoadedModel
 from app.scoring.scorer import features_matrix
 from app.settings import Settings
@@ -31,6 +35,8 @@ class ScoringStage:
         if previous is not None:
             metrics.SCORER_PROVIDER.labels(previous.scorer.active_provider, previous.version).set(0)
         self._active = model
+        self._explainer: Explainer | None = (explainer_for(model) if self.settings.explain
+                                             else None)
         self.thresholds: Thresholds = model.thresholds.override(
             freeze=self.settings.freeze_threshold, alert=self.settings.alert_threshold)
         metrics.SCORER_PROVIDER.labels(model.scorer.active_provider, model.version).set(1)
@@ -59,14 +65,17 @@ class ScoringStage:
         if not scored:
             return []
         model = self._active
-        scores = model.scorer.score(features_matrix([s.features for s in scored]))
+        matrix = features_matrix([s.features for s in scored])
+        scores = model.scorer.score(matrix)
         decided_at = self.clock_ms()
+        explanations = self._explain(scored, matrix, scores)
         out: list[OutRecord] = []
-        for item, raw in zip(scored, scores, strict=True):
+        for i, (item, raw) in enumerate(zip(scored, scores, strict=True)):
             score = float(raw)
             out.append(served_record(item, score=score, model_version=model.version))
             actions = build_actions(item.txn, score, model.version, decided_at,
-                                    thresholds=self.thresholds)
+                                    thresholds=self.thresholds,
+                                    explanation=explanations.get(i))
             if not actions:
                 continue
             # when the transaction reached Kafka, for the event → effect latency at dispatch
@@ -78,3 +87,16 @@ class ScoringStage:
                 out.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(), action.to_json(),
                                      headers))
         return out
+
+    def _explain(self, scored: Sequence[Scored], matrix: np.ndarray, scores: np.ndarray
+                 ) -> dict[int, tuple[Contribution, ...]]:
+        """Explanations of the rows that produce an action (by row index), in one scorer call;
+        the other rows cost one threshold comparison."""
+        if self._explainer is None:
+            return {}
+        rows = [i for i, raw in enumerate(scores.tolist()) if decide(raw, self.thresholds)]
+        if not rows:
+            return {}
+        found = self._explainer.explain(matrix[rows], scores[rows],
+                                        [scored[i].features for i in rows])
+        return dict(zip(rows, found, strict=True))

@@ -18,6 +18,10 @@ TRANSACTIONS_LATE: Final = "transactions.late"
 FEATURES_SERVED: Final = "features.served"
 ACTIONS: Final = "actions"
 ACTIONS_DLQ: Final = "actions.dlq"
+#: Fraud labels (chargebacks, confirmed fraud, analyst decisions; see app.transactions.labels)
+#: and the rows of label files that were refused. Keyed by card_id (else txn_id).
+LABELS: Final = "labels"
+LABELS_DLQ: Final = "labels.dlq"
 #: Compacted, one partition: which model every worker serves (see app.stream.control).
 CONTROL: Final = "fraudstream.control"
 
@@ -25,6 +29,8 @@ CONTROL: Final = "fraudstream.control"
 PIPELINE_TOPICS: Final = (
     TRANSACTIONS, TRANSACTIONS_DLQ, TRANSACTIONS_LATE, FEATURES_SERVED, ACTIONS, ACTIONS_DLQ,
 )
+#: The fraud team's topics: not read by the worker, created with the pipeline's.
+LABEL_TOPICS: Final = (LABELS, LABELS_DLQ)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +49,7 @@ async def ensure_topics(settings: Settings, *, timeout_s: float = 30.0) -> Topic
     """
     from aiokafka.admin import NewTopic
 
-    names = [settings.topic(t) for t in PIPELINE_TOPICS]
+    names = [settings.topic(t) for t in (*PIPELINE_TOPICS, *LABEL_TOPICS)]
     async with admin_client(settings, timeout_s=timeout_s) as admin:
         present = set(await admin.list_topics())
         missing = [n for n in names if n not in present]

@@ -194,6 +194,7 @@ def assert_live_matches_oracle(settings: Settings, lines: Sequence[bytes]) -> in
         for action in copies:
             assert action["type"] == expected.type and action["txn_id"] == expected.txn_id
             assert abs(float(action["score"]) - expected.score) <= 1e-5, (key, action, expected)
+            _assert_same_explanation(action.get("explanation"), expected.explanation, key)
     return len(oracle)
 
 
@@ -234,3 +235,13 @@ def wait_dispatched(settings: Settings, timeout_s: float = 120.0) -> None:
     name = settings.topic(topics.ACTIONS)
     wait_until(lambda: asyncio.run(group_lag(settings, settings.app_id, name)) == 0,
                timeout_s=timeout_s, interval_s=0.5, what="the dispatcher to drain the actions")
+
+
+def _assert_same_explanation(live: object, offline: object, key: str) -> None:
+    """The worker's explanation is the oracle's: equal on the CPU provider; on CUDA (scores a
+    few ulps apart) the same features' contributions within 1e-4, near-ties aside."""
+    assert isinstance(live, list) and offline is not None and len(live) == len(offline), key
+    expected = {c.name: c.contribution for c in offline}  # type: ignore[attr-defined]
+    common = [c for c in live if c["name"] in expected]
+    assert len(common) >= 3, (key, live, offline)
+    assert all(abs(c["contribution"] - expected[c["name"]]) <= 1e-4 for c in common), key

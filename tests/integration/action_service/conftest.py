@@ -41,7 +41,9 @@ def make_settings(action_redis_url: str) -> Callable[..., Settings]:
     """Settings for a test service on DB 3, with overrides."""
 
     def build(**overrides: object) -> Settings:
-        values: dict[str, object] = {"redis_url": action_redis_url, "action_token": TOKEN}
+        # labels_forward off: load_settings({}) would aim the forwarder at the default broker
+        values: dict[str, object] = {"redis_url": action_redis_url, "action_token": TOKEN,
+                                     "labels_forward": False}
         values.update(overrides)
         return load_settings({}, **values)
 
@@ -173,6 +175,7 @@ def service_process(action_redis_url: str) -> Iterator[Callable[..., ServiceProc
             **os.environ,
             "REDIS_URL": action_redis_url,
             "FRAUDSTREAM_ACTION_TOKEN": TOKEN,
+            "FRAUDSTREAM_LABELS_FORWARD": "0",
             "PYTHONPATH": str(REPO_ROOT),
             **env_overrides,
         }
@@ -194,6 +197,7 @@ def module_service_url(redis_url: str) -> Iterator[str]:
         **os.environ,
         "REDIS_URL": url,
         "FRAUDSTREAM_ACTION_TOKEN": TOKEN,
+        "FRAUDSTREAM_LABELS_FORWARD": "0",
         "PYTHONPATH": str(REPO_ROOT),
     }
     service = ServiceProcess(free_port(), env)

@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from app.action_service.app import create_app
 from app.action_service.ledger import read_effects_async
-from app.action_service.redis_keys import SHARD_KEYS, shard_of
+from app.action_service.redis_keys import LABEL_STREAMS, SHARD_KEYS, shard_of
 from app.actions import Action, make_action
 from app.redis_url import node_url
 from app.settings import Settings, load_settings
@@ -50,7 +50,7 @@ def cluster() -> Iterator[RedisCluster]:
 
 def _settings(cluster: RedisCluster, **overrides: object) -> Settings:
     values: dict[str, object] = {"redis_url": cluster.seed_url, "action_token": TOKEN,
-                                 "redis_wait_timeout_ms": 300}
+                                 "redis_wait_timeout_ms": 300, "labels_forward": False}
     values.update(overrides)
     return load_settings({}, **values)
 
@@ -126,6 +126,38 @@ async def test_contract_on_the_cluster(client: TestClient, cluster: RedisCluster
     assert (await (await client.get("/v1/cards/cl-card-2", headers=HEADERS)).json())[
         "status"] == "active"
     assert (await client.get("/readyz", headers=HEADERS)).status == 200
+
+
+async def _decide_answered(client: TestClient, card: str, route: str, key: str,
+                           timeout_s: float = 30.0) -> tuple[int, dict[str, object]]:
+    """POST an analyst decision until the answer is not a 503 (a WAIT timeout, see above)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = await client.post(f"/v1/cards/{card}/{route}", data=b'{"reason": "r"}',
+                                     headers={**HEADERS, "Idempotency-Key": key})
+        if response.status != 503 or time.monotonic() > deadline:
+            return response.status, await response.json()
+        await asyncio.sleep(0.1)
+
+
+async def test_analyst_decisions_on_the_cluster(client: TestClient, redis: AsyncRedisCluster,
+                                                cluster: RedisCluster) -> None:
+    """Release and confirm run in the card's slot (one script call) like actions."""
+    for card in ("cl-dec-1", "cl-dec-2", "cl-dec-3"):  # several shards, so several masters
+        freeze = _action("decide", card)
+        assert (await _post_answered(client, freeze))[0] in (200, 201)
+        status, released = await _decide_answered(client, card, "release", f"rel-{card}")
+        assert status in (200, 201) and released["outcome"] == "released"
+        assert (await _decide_answered(client, card, "release", f"rel-{card}")) == (200, released)
+        assert (await _post_answered(client, freeze))[:2] == (200, (await _post(client, freeze))[1])
+        body = await (await client.get(f"/v1/cards/{card}", headers=HEADERS)).json()
+        assert body["status"] == "active"
+        assert [e["event"] for e in body["history"]] == ["frozen", "released"]
+        status, confirmed = await _decide_answered(client, card, "confirm", f"conf-{card}")
+        assert status in (200, 201) and confirmed["txn_id"] == freeze.txn_id
+        labels = await redis.xrange(LABEL_STREAMS[shard_of(card)])
+        assert [(f["txn_id"], f["label"]) for _, f in labels if f["card_id"] == card] == [
+            (freeze.txn_id, "0"), (freeze.txn_id, "1")]
 
 
 async def test_merged_ledger_holds_every_key_once(client: TestClient, redis: AsyncRedisCluster,

@@ -167,8 +167,13 @@ async def test_unknown_card_is_active_without_alerts(client, auth):
         "frozen_at_ms": None,
         "reason": None,
         "txn_id": None,
+        "explanation": None,
+        "released_at_ms": None,
+        "released_by": None,
+        "confirmed_fraud": False,
         "alerts_total": 0,
         "alerts": [],
+        "history": [],
     }
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from app.settings import Settings
 from app.stream.inspect import admin_client
-from app.stream.topics import CONTROL, PIPELINE_TOPICS, drop_topics, ensure_topics
+from app.stream.topics import CONTROL, LABEL_TOPICS, PIPELINE_TOPICS, drop_topics, ensure_topics
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,7 @@ def test_drop_topics_takes_its_own_and_spares_a_neighbour(stack_settings: Settin
     asyncio.run(ensure_topics(neighbour))
     try:
         dropped = set(asyncio.run(drop_topics(mine)))
-        assert dropped == {mine.topic(t) for t in (*PIPELINE_TOPICS, CONTROL)}
+        assert dropped == {mine.topic(t) for t in (*PIPELINE_TOPICS, *LABEL_TOPICS, CONTROL)}
 
         def gone() -> bool:
             return not (dropped & asyncio.run(_topics(mine)))

@@ -8,6 +8,7 @@ from redis.asyncio import ConnectionPool
 from app.action_service.app import create_app
 from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS
 from app.action_service.apply_script import apply_script_source
+from app.action_service.decisions import decide_script_source
 from app.action_service.store import ActionStore, render_card
 from app.settings import load_settings
 
@@ -92,9 +93,26 @@ def test_card_view_of_an_unknown_card():
         "frozen_at_ms": None,
         "reason": None,
         "txn_id": None,
+        "explanation": None,
+        "released_at_ms": None,
+        "released_by": None,
+        "confirmed_fraud": False,
         "alerts_total": 0,
         "alerts": [],
+        "history": [],
     }
+
+
+def test_decision_script_checks_everything_before_its_first_write():
+    code = [line.split("--")[0] for line in decide_script_source().splitlines()]
+    verbs = ("'HSET'", "'XADD'", "'RPUSH'", "'LTRIM'", "'HINCRBY'", "'PEXPIRE'")
+    writes = [i for i, line in enumerate(code) if any(w in line for w in verbs)]
+    checks = [i for i, line in enumerate(code)
+              if "'mismatch'" in line or "error_reply" in line]
+    assert len(checks) == 3 and writes
+    assert max(checks) < min(writes)
+    # the first write is the ledger entry: the effect, label and record come after it
+    assert "XADD', effects" in code[min(writes)]
 
 
 def test_wait_replicas_default_follows_the_url_form():

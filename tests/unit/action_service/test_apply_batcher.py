@@ -41,18 +41,19 @@ def _unpack(packed: bytes) -> list[str]:
     return reader.gets()  # a command is a RESP array of bulk strings
 
 
-def test_pack_call_lays_out_six_keys_per_action_then_args():
+def test_pack_call_lays_out_seven_keys_per_action_then_args():
     a, b = _action(1, "c-a"), _action(2, "c-b")
     cmd = _unpack(pack_call([a, b], LIMITS))
-    assert cmd[:3] == ["EVALSHA", apply_script_sha(), "14"]
-    keys, args = cmd[3:17], cmd[17:]
+    assert cmd[:3] == ["EVALSHA", apply_script_sha(), "16"]
+    keys, args = cmd[3:19], cmd[19:]
     assert keys == [*action_keys(a.idempotency_key, "c-a"), claim_key(a.idempotency_key),
                     *action_keys(b.idempotency_key, "c-b"), claim_key(b.idempotency_key)]
     assert args[:5] == ["86400000", "82800000", "3600000", "100", "90000000"]
-    assert len(args) == 5 + 2 * 10
-    assert args[5] == a.idempotency_key and args[15] == b.idempotency_key
+    assert len(args) == 5 + 2 * 11
+    assert args[5] == a.idempotency_key and args[16] == b.idempotency_key
     assert args[7:11] == ["freeze_card", "c-a", "txn-1", "1718000000000"]
     assert args[14] == "freeze_card by model m-1 (score 0.9)"
+    assert args[15] == ""  # no explanation
 
 
 def test_parse_reply_gives_one_result_per_action():

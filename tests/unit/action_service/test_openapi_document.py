@@ -6,7 +6,7 @@ from openapi_spec_validator import validate
 
 from app.action_service.app import create_app
 from app.action_service.openapi import build_openapi
-from app.actions.action import FIELDS
+from app.actions.action import FIELDS, OPTIONAL_FIELDS
 from app.settings import load_settings
 
 
@@ -30,7 +30,7 @@ def test_documented_operations_are_exactly_the_mounted_routes():
 def test_action_schema_is_the_contract():
     action = build_openapi()["components"]["schemas"]["Action"]
     assert action["required"] == list(FIELDS)
-    assert list(action["properties"]) == list(FIELDS)
+    assert list(action["properties"]) == [*FIELDS, *OPTIONAL_FIELDS]
     assert action["additionalProperties"] is False
 
 

@@ -17,7 +17,9 @@ from app.action_service.redis_keys import (
     STATS_KEYS,
     action_keys,
     card_alerts_key,
+    card_history_key,
     card_key,
+    decision_keys,
     idem_key,
     idem_keys,
     shard_of,
@@ -38,9 +40,18 @@ def test_every_key_of_one_action_is_in_one_slot(card_id: str, txn_id: str) -> No
     keys = action_keys(key, card_id)
     assert keys == (idem_key(key, card_id), card_key(card_id), card_alerts_key(card_id),
                     EFFECTS_STREAMS[shard_of(card_id)], ALERTS_STREAMS[shard_of(card_id)],
-                    STATS_KEYS[shard_of(card_id)])
+                    STATS_KEYS[shard_of(card_id)], card_history_key(card_id))
     assert len({_slot(k) for k in keys}) == 1
     assert _slot(keys[0]) == _slot(f"{{{SHARD_TAGS[shard_of(card_id)]}}}")
+
+
+@given(card_id=CARD_IDS, key=CARD_IDS)
+def test_every_key_of_one_decision_is_in_its_cards_slot(card_id: str, key: str) -> None:
+    keys = decision_keys(key, card_id)
+    assert keys[1:3] == (card_key(card_id), card_history_key(card_id))
+    assert keys[0].startswith(card_key(card_id) + ":decision:")  # covered by the card:* ACL
+    assert keys[3] == EFFECTS_STREAMS[shard_of(card_id)]
+    assert len({_slot(k) for k in keys}) == 1
 
 
 def test_shard_is_crc32_of_the_card_and_pinned() -> None:

@@ -69,3 +69,20 @@ def test_look_around_names_urls_token_and_next_commands() -> None:
     assert "fraudstream watch --demo" in text and "fraudstream demo --stop" in text
     assert "Bearer tok' http://127.0.0.1:1/v1/cards/c0000001" in text
     assert len(lines) <= 10
+
+
+def test_each_listed_freeze_shows_why_in_one_line() -> None:
+    frozen = _frozen(5)
+    for view in frozen:
+        view["explanation"] = [
+            {"name": "sum_24h", "value": 1_234_567, "contribution": 0.4123},
+            {"name": "amount_to_mean_24h", "value": 7.25, "contribution": 0.2},
+            {"name": "count_1h", "value": 9, "contribution": -0.05},
+            {"name": "distinct_countries_24h", "value": 3, "contribution": 0.01},
+            {"name": "ms_since_prev", "value": 120_000, "contribution": 0.001}]
+    s = summarise(P, _sizes(10, 10, 0, 0), Counter(), ACTIONS, frozen, "f.jsonl")
+    why = [line for line in s.lines if line.strip().startswith("why ")]
+    assert len(why) == FROZEN_ROWS and all(len(line) <= WIDTH for line in s.lines)
+    # the top features first, value and contribution, the rest counted
+    assert why[0] == ("  why        sum_24h=1.23M +0.41, amount_to_mean_24h=7.25 +0.20, "
+                      "+3 more"), why[0]

@@ -106,3 +106,24 @@ def test_worker_without_a_token_for_a_remote_service_stops_in_one_line(monkeypat
     assert result.exit_code != 0
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "actions.internal" in lines[0], result.output
+
+
+def test_named_tokens_carry_their_name_and_unnamed_ones_a_derived_one(tmp_path: Path):
+    write = tmp_path / "tokens"
+    write.write_text("alice:tok-alice\ntok-plain\n")
+    settings = load_settings({"FRAUDSTREAM_ACTION_TOKEN_FILE": str(write),
+                              "FRAUDSTREAM_ACTION_READ_TOKEN": "bob:tok-bob"})
+    tokens = service_tokens(settings, "0.0.0.0")
+    assert tokens.identify("tok-alice") == ("write", "alice")
+    assert tokens.identify("tok-bob") == ("read", "bob")
+    access, name = tokens.identify("tok-plain")  # type: ignore[misc]
+    assert access == "write" and name.startswith("token-") and "tok-plain" not in name
+    assert name == tokens.identify("tok-plain")[1]  # type: ignore[index]  # stable
+    assert tokens.identify("alice:tok-alice") is None and tokens.identify("alice") is None
+    assert tokens.access("tok-alice") == "write"
+    assert client_token(settings) == "tok-alice"  # the dispatcher sends the token, not the name
+
+
+def test_the_dev_token_is_named_dev():
+    assert service_tokens(load_settings({}), "127.0.0.1").identify(LOCAL_DEV_TOKEN) == (
+        "write", "dev")
