@@ -42,23 +42,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pipeline_bench import (  # noqa: E402
     Side,
+    backlog_pair,
+    bench_stack,
     cpu_s,
     fresh,
     handled,
-    measure_raw,
-    measure_worker,
     pct,
     scrape,
     start_worker,
 )
 
-from app.settings import Settings, load_settings  # noqa: E402
-from app.stack.manager import Stack  # noqa: E402
+from app.settings import Settings  # noqa: E402
 from app.stream import topics  # noqa: E402
 from app.stream.inspect import read_topic  # noqa: E402
 from app.stream.topics import drop_topics  # noqa: E402
 from app.transactions.producer import replay_messages  # noqa: E402
-from tests.support.pipeline import lines_of, make_log, replay  # noqa: E402
+from tests.support.pipeline import lines_of, make_log  # noqa: E402
 from tests.support.procs import wait_until  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -262,29 +261,16 @@ def slo_rate(steps: list[Step]) -> float:
               help="Append the run to docs/benchmarks/live_load.md.")
 def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, overload: bool,
          docs: bool) -> None:
-    base = load_settings()
-    stack = Stack(base)
-    stack.up()
-    broker_pid = stack.kafka.process.pid() if stack.manages_kafka else None
-    base = base.replace(kafka_bootstrap=base.effective_kafka_bootstrap,
-                        redis_url=base.effective_redis_url)
+    base, broker_pid = bench_stack()
     shares = [float(s) for s in steps.split(",")]
     raws: list[Side] = []
     backlog_lines = lines_of(make_log(cards=max(500, raw_txns // 20), txns=raw_txns, seed=3))
     with tempfile.TemporaryDirectory() as tmp:
         backlog: list[Side] = []
         for _ in range(raw_runs):
-            for side in ("raw", "worker"):
-                settings = fresh(base, uuid.uuid4().hex[:6])
-                try:
-                    replay(settings, backlog_lines)
-                    if side == "raw":
-                        raws.append(measure_raw(settings, len(backlog_lines), broker_pid))
-                    else:
-                        backlog.append(measure_worker(settings, len(backlog_lines), Path(tmp),
-                                                      broker_pid))
-                finally:
-                    asyncio.run(drop_topics(settings))
+            r, w = backlog_pair(base, backlog_lines, Path(tmp), broker_pid)
+            raws.append(r)
+            backlog.append(w)
             print(f"backlog: raw loop {raws[-1].rate:,.0f} ev/s ({raws[-1].cpu_us_per_event:.1f} "
                   f"µs CPU/ev), worker {backlog[-1].rate:,.0f} ev/s "
                   f"({backlog[-1].cpu_us_per_event:.1f} µs CPU/ev): "

@@ -276,6 +276,31 @@ def latency_run(settings: Settings, lines: list[bytes], rate: float, tmp: Path, 
             len(lines) - warmup)
 
 
+def bench_stack() -> tuple[Settings, int | None]:
+    """The local stack up; settings pointing at it, and the broker's PID (None: external)."""
+    base = load_settings()
+    stack = Stack(base)
+    stack.up()
+    broker_pid = stack.kafka.process.pid() if stack.manages_kafka else None
+    return base.replace(kafka_bootstrap=base.effective_kafka_bootstrap,
+                        redis_url=base.effective_redis_url), broker_pid
+
+
+def backlog_pair(base: Settings, lines: list[bytes], tmp: Path,
+                 broker_pid: int | None) -> tuple[Side, Side]:
+    """The raw loop, then the worker, each on fresh topics pre-filled with `lines`."""
+    sides: list[Side] = []
+    for side in ("raw", "worker"):
+        settings = fresh(base, uuid.uuid4().hex[:6])
+        replay(settings, lines)
+        try:
+            sides.append(measure_raw(settings, len(lines), broker_pid) if side == "raw" else
+                         measure_worker(settings, len(lines), tmp, broker_pid))
+        finally:
+            asyncio.run(drop_topics(settings))
+    return sides[0], sides[1]
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -289,29 +314,15 @@ def pct(values: list[float], q: float) -> float:
 @click.option("--docs/--no-docs", default=True, show_default=True,
               help="Write docs/benchmarks.md and its plots.")
 def main(txns: int, pairs: int, load: float, latency_seconds: float, docs: bool) -> None:
-    base = load_settings()
-    stack = Stack(base)
-    stack.up()
-    broker_pid = stack.kafka.process.pid() if stack.manages_kafka else None
-    base = base.replace(kafka_bootstrap=base.effective_kafka_bootstrap,
-                        redis_url=base.effective_redis_url)
+    base, broker_pid = bench_stack()
     lines = lines_of(make_log(cards=max(500, txns // 20), txns=txns, seed=3))
     raws: list[Side] = []
     workers: list[Side] = []
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(pairs):
-            for side in ("raw", "worker"):
-                settings = fresh(base, uuid.uuid4().hex[:6])
-                replay(settings, lines)
-                try:
-                    if side == "raw":
-                        raws.append(measure_raw(settings, len(lines), broker_pid))
-                    else:
-                        workers.append(measure_worker(settings, len(lines), Path(tmp),
-                                                      broker_pid))
-                finally:
-                    asyncio.run(drop_topics(settings))
-            r, w = raws[-1], workers[-1]
+            r, w = backlog_pair(base, lines, Path(tmp), broker_pid)
+            raws.append(r)
+            workers.append(w)
             print(f"pair {pair + 1}: raw {r.rate:9,.0f} ev/s ({r.cpu_us_per_event:5.1f} µs CPU/ev, "
                   f"broker {r.broker_us_per_event:5.1f})   worker {w.rate:8,.0f} ev/s "
                   f"({w.cpu_us_per_event:6.1f} µs CPU/ev, broker {w.broker_us_per_event:5.1f})"

@@ -61,6 +61,20 @@ def txn(i: int, card: str) -> bytes:
                          "mcc": 5411, "country": "FR", "channel": "pos"})
 
 
+def setup(**intervals: float) -> tuple[Any, Broker, ScoreEngine]:
+    """A real consumer of partition TX, a broker that acknowledges at once, and the engine."""
+    consumer, _ = real_consumer({TX: 0}, assigned={TX})
+    consumer.app.topics.acks_enabled_for = lambda topic: True
+    broker = Broker()
+    pipeline = TransactionPipeline(Store(), clock_ms=lambda: T0 + 86_400_000,
+                                   allowed_lateness_ms=300_000, max_message_bytes=65_536)
+    engine = ScoreEngine(
+        consumer.app, pipeline, Stage(), PartitionSequencer(consumer.app),
+        lambda ack: Checkpoint(broker.send, broker, ack, max_in_flight=4),
+        topic="transactions", max_batch=64, **intervals)
+    return consumer, broker, engine
+
+
 async def wait_for(condition: Any, timeout_s: float = 2.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -71,15 +85,7 @@ async def wait_for(condition: Any, timeout_s: float = 2.0) -> None:
 
 async def test_live_batches_share_one_snapshot_when_the_idle_input_makes_it_due(
 ) -> None:
-    consumer, _ = real_consumer({TX: 0}, assigned={TX})
-    consumer.app.topics.acks_enabled_for = lambda topic: True
-    broker = Broker()
-    pipeline = TransactionPipeline(Store(), clock_ms=lambda: T0 + 86_400_000,
-                                   allowed_lateness_ms=300_000, max_message_bytes=65_536)
-    engine = ScoreEngine(
-        consumer.app, pipeline, Stage(), PartitionSequencer(consumer.app),
-        lambda ack: Checkpoint(broker.send, broker, ack, max_in_flight=4),
-        topic="transactions", max_batch=64, state_interval_s=10.0, idle_state_interval_s=0.3)
+    consumer, broker, engine = setup(state_interval_s=10.0, idle_state_interval_s=0.3)
     queue = consumer.chunk_queue("transactions")
     task = asyncio.ensure_future(engine.run())
     try:
@@ -103,15 +109,7 @@ async def test_live_batches_share_one_snapshot_when_the_idle_input_makes_it_due(
 
 
 async def test_with_no_interval_every_batch_carries_its_cards() -> None:
-    consumer, _ = real_consumer({TX: 0}, assigned={TX})
-    consumer.app.topics.acks_enabled_for = lambda topic: True
-    broker = Broker()
-    pipeline = TransactionPipeline(Store(), clock_ms=lambda: T0 + 86_400_000,
-                                   allowed_lateness_ms=300_000, max_message_bytes=65_536)
-    engine = ScoreEngine(
-        consumer.app, pipeline, Stage(), PartitionSequencer(consumer.app),
-        lambda ack: Checkpoint(broker.send, broker, ack, max_in_flight=4),
-        topic="transactions", max_batch=64, state_interval_s=0.0)
+    consumer, broker, engine = setup(state_interval_s=0.0)
     queue = consumer.chunk_queue("transactions")
     task = asyncio.ensure_future(engine.run())
     try:
