@@ -80,7 +80,7 @@ async def wait_for(condition: Any, timeout_s: float = 2.0) -> None:
     deadline = loop.time() + timeout_s
     while not condition():
         assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # poll interval of a deadline-bounded wait
 
 
 async def test_live_batches_share_one_snapshot_when_the_idle_input_makes_it_due(
@@ -101,7 +101,7 @@ async def test_live_batches_share_one_snapshot_when_the_idle_input_makes_it_due(
         assert asyncio.get_running_loop().time() - t0 >= 0.25  # not before it fell due
         assert broker.cards == [{b"c1", b"c2"}]  # one record per card for all three batches
         assert consumer._acked[TX] == [0, 1, 2]
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.4)  # an idle window longer than the idle interval: no snapshot
         assert len(broker.cards) == 1  # nothing changed since: no empty snapshot
     finally:
         task.cancel()
