@@ -82,18 +82,23 @@ async def _post(client: TestClient, action: Action) -> tuple[int, dict[str, obje
     return response.status, await response.json()
 
 
-async def _post_answered(client: TestClient, action: Action, timeout_s: float = 30.0
-                         ) -> tuple[int, dict[str, object], int]:
-    """POST until the answer is not a 503 (a client retries a WAIT timeout; on this shared
+async def _answered(send: Callable[[], Awaitable[tuple[int, dict[str, object]]]],
+                    timeout_s: float = 30.0) -> tuple[int, dict[str, object], int]:
+    """Send until the answer is not a 503 (a client retries a WAIT timeout; on this shared
     machine a replica can lag past the timeout); (status, body, 503s seen first)."""
     deadline = time.monotonic() + timeout_s
     retried = 0
     while True:
-        status, body = await _post(client, action)
+        status, body = await send()
         if status != 503 or time.monotonic() > deadline:
             return status, body, retried
         retried += 1
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # a client's retry interval, deadline-bounded (poll)
+
+
+async def _post_answered(client: TestClient, action: Action, timeout_s: float = 30.0
+                         ) -> tuple[int, dict[str, object], int]:
+    return await _answered(lambda: _post(client, action), timeout_s)
 
 
 async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
@@ -128,16 +133,17 @@ async def test_contract_on_the_cluster(client: TestClient, cluster: RedisCluster
     assert (await client.get("/readyz", headers=HEADERS)).status == 200
 
 
-async def _decide_answered(client: TestClient, card: str, route: str, key: str,
-                           timeout_s: float = 30.0) -> tuple[int, dict[str, object]]:
-    """POST an analyst decision until the answer is not a 503 (a WAIT timeout, see above)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+async def _decide_answered(client: TestClient, card: str, route: str,
+                           key: str) -> tuple[int, dict[str, object]]:
+    """POST an analyst decision until the answer is not a 503 (see `_answered`)."""
+
+    async def decide() -> tuple[int, dict[str, object]]:
         response = await client.post(f"/v1/cards/{card}/{route}", data=b'{"reason": "r"}',
                                      headers={**HEADERS, "Idempotency-Key": key})
-        if response.status != 503 or time.monotonic() > deadline:
-            return response.status, await response.json()
-        await asyncio.sleep(0.1)
+        return response.status, await response.json()
+
+    status, body, _ = await _answered(decide)
+    return status, body
 
 
 async def test_analyst_decisions_on_the_cluster(client: TestClient, redis: AsyncRedisCluster,
