@@ -138,6 +138,15 @@ async def group_lag(settings: Settings, group: str, topic: str) -> int:
     return lag
 
 
+async def committed_offsets(settings: Settings, group: str, topic: str) -> dict[str, int]:
+    """The offset consumer group `group` committed on each partition of `topic`, named
+    `topic:partition` (partitions it never committed are left out)."""
+    async with admin_client(settings) as admin:
+        committed = await _committed_offsets(admin, group)
+    return {f"{tp.topic}:{tp.partition}": meta.offset for tp, meta in committed.items()
+            if tp.topic == topic and meta is not None and meta.offset >= 0}
+
+
 async def _committed_offsets(admin: object, group: str, timeout_s: float = 30.0) -> dict:
     """The group's committed offsets; retried while the group coordinator is still loading
     (the offsets topic is created on the first coordinator lookup of a fresh cluster)."""

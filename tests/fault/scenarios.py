@@ -21,7 +21,7 @@ from app.stack.manager import Stack
 from app.stack.redis_cluster import RedisCluster
 from app.stream import topics
 from app.stream.control import publish_activation
-from app.stream.inspect import group_lag, topic_sizes
+from app.stream.inspect import committed_offsets, group_lag, topic_sizes
 from tests.support.brokers import leader_load, partitions
 from tests.support.procs import free_port, source_reads, wait_all_assigned, wait_until
 from tests.support.proxy import FaultProxy
@@ -102,13 +102,16 @@ def rolling_restart(topo: Topology) -> None:
 
     def handed_over() -> None:
         now = wait_until(owned_now, timeout_s=60, what="live owners of every handed-over partition")
-        # past by more than one: a partition handed over with nothing new may show its next
-        # offset instead of the last one read
+        # what the group committed once all was in: past a stopped worker's last read by more
+        # than one (its own last commit), so others read its partitions on after the stop. The
+        # owners' read offsets only say so when no later rebalance reset them, hence the commit.
+        committed = asyncio.run(committed_offsets(topo.settings, topo.settings.app_id, source))
         moved = [sum(1 for tp, read in stopped.items()
-                     if _offset(now[tp]) > _offset(read) + 1) for stopped in held]
+                     if committed.get(tp, -1) > _offset(read) + 1) for stopped in held]
         topo.extra["handed_over"] = "+".join(map(str, moved))
         assert all(moved), (f"a stopped worker's partitions were not taken over with work left "
-                            f"(per stop {moved}, held {held}): the restart hit nothing in flight")
+                            f"(per stop {moved}, held {held}, committed {committed}, owners read "
+                            f"{now}): the restart hit nothing in flight")
 
     topo.after_recovery.append(handed_over)
 
