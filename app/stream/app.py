@@ -97,7 +97,9 @@ def create_app(
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        # members learn of a rebalance from a heartbeat's answer: every second rather than every
+        # 3 s cuts up to 2 s off each hand-over of a rolling restart, for one small request a second
+        broker_heartbeat_interval=min(1.0, settings.session_timeout_s / 3),
         autodiscover=False,
         topic_allow_declare=True,
     )
