@@ -414,7 +414,7 @@ class Settings:
         return 1 if is_cluster_url(self.effective_redis_url) else 0
 
     def topic(self, name: str) -> str:
-        """Full topic name for a logical topic (see app.stream.topics)."""
+        """Full topic name for a logical topic (see app.kafka.topics)."""
         return f"{self.topic_prefix}{name}"
 
     def replace(self, **changes: Any) -> Settings:

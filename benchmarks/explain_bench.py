@@ -29,10 +29,10 @@ from app.datagen.config import GeneratorConfig  # noqa: E402
 from app.datagen.generator import generate_log  # noqa: E402
 from app.features.declaration import FEATURE_NAMES  # noqa: E402
 from app.features.offline import compute_features  # noqa: E402
+from app.kafka.records import SourceMessage  # noqa: E402
 from app.scoring.registry import ModelRegistry  # noqa: E402
 from app.settings import load_settings  # noqa: E402
 from app.stream.pipeline import Scored  # noqa: E402
-from app.stream.records import SourceMessage  # noqa: E402
 from app.stream.scoring import ScoringStage  # noqa: E402
 from app.transactions.contract import ContractError, parse_transaction  # noqa: E402
 

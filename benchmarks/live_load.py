@@ -52,10 +52,10 @@ from pipeline_bench import (  # noqa: E402
     start_worker,
 )
 
+from app.kafka.inspect import read_topic  # noqa: E402
+from app.kafka.topics import drop_topics  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.stream import topics  # noqa: E402
-from app.stream.inspect import read_topic  # noqa: E402
-from app.stream.topics import drop_topics  # noqa: E402
 from app.transactions.producer import replay_messages  # noqa: E402
 from tests.support.pipeline import lines_of, make_log  # noqa: E402
 from tests.support.procs import wait_until  # noqa: E402

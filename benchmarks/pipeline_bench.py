@@ -37,12 +37,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.kafka.inspect import admin_client, read_topic  # noqa: E402
+from app.kafka.topics import drop_topics, ensure_topics  # noqa: E402
 from app.security.kafka import kafka_client_kwargs  # noqa: E402
 from app.settings import Settings, load_settings  # noqa: E402
 from app.stack.manager import Stack  # noqa: E402
 from app.stream import topics  # noqa: E402
-from app.stream.inspect import admin_client, read_topic  # noqa: E402
-from app.stream.topics import drop_topics, ensure_topics  # noqa: E402
 from tests.support.pipeline import lines_of, make_log, replay  # noqa: E402
 from tests.support.procs import Spawned, spawn_worker, wait_until  # noqa: E402
 

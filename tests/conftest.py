@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.kafka.topics import ensure_topics
 from app.settings import Settings, load_settings
-from app.stream.topics import ensure_topics
 from tests.support.pipeline import drop_quietly
 
 

@@ -143,9 +143,9 @@ async def forward_to_kafka(settings: Settings, redis: Any) -> None:  # noqa: ANN
     topic until cancelled; a broker that is not reachable yet is retried."""
     from aiokafka import AIOKafkaProducer
 
+    from app.kafka import topics
+    from app.kafka.inspect import start_or_close
     from app.security.kafka import kafka_client_kwargs
-    from app.stream import topics
-    from app.stream.inspect import start_or_close
 
     topic = settings.topic(topics.LABELS)
     pause = 1.0

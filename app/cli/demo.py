@@ -17,9 +17,9 @@ import click
 from rich.console import Console
 
 from app.cli.kept import KeptRun, kept_runs, stop_run
+from app.kafka import topics
 from app.security.tokens import client_token
 from app.settings import Settings, load_settings, settings_environ
-from app.stream import topics
 
 console = Console()
 
@@ -91,8 +91,8 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
          timeout_s: int, keep: bool) -> bool:
     from app.datagen.config import GeneratorConfig
     from app.datagen.generator import generate_log
-    from app.stream.inspect import read_topic, topic_sizes
-    from app.stream.topics import ensure_topics
+    from app.kafka.inspect import read_topic, topic_sizes
+    from app.kafka.topics import ensure_topics
     from app.transactions.producer import replay_messages
 
     asyncio.run(ensure_topics(settings))
@@ -147,7 +147,7 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
 def _wait_drained(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], workdir: Path,
                   timeout_s: int) -> bool:
     """Poll consumer lag on transactions and actions until both are 0, with a deadline."""
-    from app.stream.inspect import group_lag
+    from app.kafka.inspect import group_lag
 
     deadline = time.monotonic() + timeout_s
     with console.status("worker consuming…") as status:

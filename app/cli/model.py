@@ -206,10 +206,10 @@ def activate(model_dir: Path, version: str) -> None:
     """
     import asyncio
 
+    from app.kafka.topics import ensure_topics
     from app.scoring.contract import ModelError
     from app.scoring.registry import ModelRegistry
     from app.stream.control import publish_activation
-    from app.stream.topics import ensure_topics
 
     try:
         ModelRegistry(model_dir, device="cpu").load(version)

@@ -93,7 +93,7 @@ def _print_status(st: Stack) -> None:
 @click.command()
 def topics() -> None:
     """Create the pipeline's topics on the configured cluster (idempotent)."""
-    from app.stream.topics import ensure_topics
+    from app.kafka.topics import ensure_topics
 
     plan = asyncio.run(ensure_topics(load_settings()))
     out.print(f"created: {list(plan.created)}; existing: {list(plan.existing)}")

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.stream import topics
+from app.kafka import topics
 
 #: Frozen cards listed by name; the rest are counted (all of them are in frozen-cards.jsonl).
 FROZEN_ROWS = 3

@@ -132,7 +132,7 @@ class PartitionState:
 
 async def describe_partitions(settings: Settings, names: list[str]) -> list[PartitionState]:
     """Leader, replicas and in-sync replicas of every partition of `names`."""
-    from app.stream.inspect import admin_client
+    from app.kafka.inspect import admin_client
 
     async with admin_client(settings, timeout_s=10.0) as admin:
         described = await admin.describe_topics(names)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import redis
 
+from app.kafka.topics import TopicPlan, ensure_topics
 from app.settings import Settings
 from app.stack.kafka import KafkaNode, StackError
 from app.stack.kafka_cluster import KafkaCluster
@@ -26,7 +27,6 @@ from app.stack.profile import (
 )
 from app.stack.redis import RedisNode
 from app.stack.redis_cluster import RedisCluster
-from app.stream.topics import TopicPlan, ensure_topics
 
 log = logging.getLogger(__name__)
 

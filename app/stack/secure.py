@@ -177,7 +177,7 @@ class SecureKafkaNode(KafkaNode):
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Block until the broker answers metadata over SASL_SSL, or raise with the log tail."""
-        from app.stream.inspect import admin_client
+        from app.kafka.inspect import admin_client
 
         async def probe() -> None:
             async with admin_client(self.profile.client_settings(self.settings),

@@ -15,10 +15,13 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.actions.delivery import ActionDeliverer
+from app.kafka import topics
+from app.kafka.records import OutRecord
+from app.kafka.sink import BatchSink
 from app.scoring.registry import LoadedModel
 from app.security.kafka import faust_broker_credentials
 from app.settings import Settings
-from app.stream import metrics, topics
+from app.stream import metrics
 from app.stream.cardstore import TableCards, card_table
 from app.stream.checkpoint import Checkpoint
 from app.stream.consumer import broker_url, check_faust_version
@@ -26,10 +29,8 @@ from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
 from app.stream.pipeline import TransactionPipeline
-from app.stream.records import OutRecord
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
-from app.stream.sink import BatchSink
 from app.stream.watchdog import CommitWatchdog
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from typing import Any
 import faust
 from faust.types import EventT
 
+from app.kafka.sink import BatchSink, Entry
 from app.stream import cardrecord
-from app.stream.sink import BatchSink, Entry
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from typing import Final
 
 import orjson
 
+from app.kafka import topics
+from app.kafka.inspect import read_topic, start_or_close
 from app.scoring.registry import LoadedModel
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import read_topic, start_or_close
 
 log = logging.getLogger(__name__)
 

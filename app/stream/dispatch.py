@@ -19,9 +19,10 @@ from typing import Any
 
 from app.actions.action import Action, ActionError
 from app.actions.delivery import ActionDeliverer, DeliveryResult, Rejected
-from app.stream import metrics, topics
+from app.kafka import topics
+from app.kafka.records import H_SOURCE_APPENDED_MS, OutRecord, SourceMessage, rejected_record
+from app.stream import metrics
 from app.stream.consumer import Chunk
-from app.stream.records import H_SOURCE_APPENDED_MS, OutRecord, SourceMessage, rejected_record
 from app.stream.sequencer import PartitionSequencer
 
 log = logging.getLogger(__name__)

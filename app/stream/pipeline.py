@@ -9,8 +9,9 @@ from typing import Protocol
 
 from app.features.declaration import FEATURE_NAMES
 from app.features.state import Accepted, CardState, Late, Redelivered
-from app.stream import cardrecord, metrics, topics
-from app.stream.records import OutRecord, SourceMessage, rejected_record
+from app.kafka import topics
+from app.kafka.records import OutRecord, SourceMessage, rejected_record
+from app.stream import cardrecord, metrics
 from app.stream.served import ServedRow
 from app.transactions.contract import ContractError, Transaction, parse_transaction
 

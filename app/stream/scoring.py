@@ -8,14 +8,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from app.actions.explanation import Contribution
+from app.kafka import topics
+from app.kafka.records import H_SOURCE_APPENDED_MS, OutRecord
 from app.scoring.explain import Explainer, explainer_for
 from app.scoring.policy import Thresholds, build_actions, decide
 from app.scoring.registry import LoadedModel
 from app.scoring.scorer import features_matrix
 from app.settings import Settings
-from app.stream import metrics, topics
+from app.stream import metrics
 from app.stream.pipeline import Scored, served_record
-from app.stream.records import H_SOURCE_APPENDED_MS, OutRecord
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import Any, Final
 
 import msgspec
 
+from app.kafka.inspect import read_topic
 from app.settings import Settings
-from app.stream.inspect import read_topic
 
 
 class ServedRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

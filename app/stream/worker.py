@@ -8,12 +8,12 @@ import logging
 
 import faust
 
+from app.kafka.topics import ensure_topics
 from app.scoring.contract import ModelError
 from app.scoring.registry import LoadedModel, ModelRegistry
 from app.settings import Settings
 from app.stream.app import AgentName, create_app
 from app.stream.control import latest_activation
-from app.stream.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from typing import Any, Final
 
 import orjson
 
+from app.kafka import topics
+from app.kafka.inspect import start_or_close
+from app.kafka.records import H_FIELD, H_REASON, H_REASON_CODE
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import start_or_close
-from app.stream.records import H_FIELD, H_REASON, H_REASON_CODE
 from app.transactions.labels import LabelError, parse_label_row
 from app.transactions.logfile import LogFileError
 

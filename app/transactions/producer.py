@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from app.kafka import topics
+from app.kafka.inspect import start_or_close
+from app.kafka.sink import Entry, partition_for, send_grouped
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import start_or_close
-from app.stream.sink import Entry, partition_for, send_grouped
 from app.transactions.logfile import card_key
 
 

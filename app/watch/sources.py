@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+from app.kafka.inspect import admin_client, start_or_close
 from app.settings import Settings
-from app.stream.inspect import admin_client, start_or_close
 from app.watch.frame import PartitionOffsets, Reading
 from app.watch.samples import parse
 

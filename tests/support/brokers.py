@@ -6,10 +6,10 @@ import asyncio
 from collections import Counter
 from collections.abc import Sequence
 
+from app.kafka.inspect import start_or_close
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
 from app.stack.kafka_cluster import PartitionState, describe_partitions
-from app.stream.inspect import start_or_close
 
 
 async def _end_offsets(settings: Settings, parts: Sequence[PartitionState]) -> dict[tuple[str, int], int]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import orjson
 
+from app.kafka import topics
 from app.settings import Settings
-from app.stream import topics
 from tests.support.pipeline import read
 
 #: What app.stream.watchdog logs for every partition it re-reads.

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from app.datagen.config import GeneratorConfig
 from app.datagen.generator import generate_log
 from app.datagen.log import GeneratedLog
+from app.kafka import topics
+from app.kafka.inspect import Record, group_lag, read_topic, topic_sizes
+from app.kafka.records import H_SOURCE_OFFSET, H_SOURCE_PARTITION
+from app.kafka.topics import drop_topics
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import Record, group_lag, read_topic, topic_sizes
-from app.stream.records import H_SOURCE_OFFSET, H_SOURCE_PARTITION
-from app.stream.topics import drop_topics
 from app.transactions.producer import replay_messages
 from tests.support.procs import Spawned, free_port, wait_until
 from tests.support.redisdb import flush_db, with_db

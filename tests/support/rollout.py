@@ -12,11 +12,11 @@ import numpy as np
 import orjson
 
 from app.actions import Action
+from app.kafka import topics
+from app.kafka.inspect import start_or_close
 from app.scoring.oracle import OracleRun
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import start_or_close
 from tests.support.pipeline import read
 
 #: How far the new version's output logit is moved: its scores differ from the base version's

@@ -22,12 +22,12 @@ from aiokafka.errors import KafkaError
 from app.action_service.ledger import count_replays, read_effects
 from app.action_service.redis_keys import card_key
 from app.actions import Action
+from app.kafka import topics
+from app.kafka.inspect import group_lag, topic_sizes
+from app.kafka.topics import ensure_topics
 from app.redis_url import sync_client
 from app.security.redis import redis_connection_kwargs
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import group_lag, topic_sizes
-from app.stream.topics import ensure_topics
 from app.transactions.producer import replay_messages
 from tests.support.evidence import event_to_effect_ms, quantile, watchdog_repairs
 from tests.support.pipeline import (

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from app.actions import make_action
+from app.kafka import topics
+from app.kafka.inspect import group_lag
 from app.settings import Settings
 from app.stack.manager import Stack
-from app.stream import topics
-from app.stream.inspect import group_lag
 from tests.integration.stream.test_dispatch import service_settings
 from tests.support.pipeline import effects, produce
 from tests.support.procs import http_ready, spawn_action_service, spawn_worker, wait_until

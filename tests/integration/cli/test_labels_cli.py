@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli.main import cli
+from app.kafka import topics
+from app.kafka.records import H_FIELD, H_REASON, H_REASON_CODE
 from app.settings import Settings, settings_environ
-from app.stream import topics
-from app.stream.records import H_FIELD, H_REASON, H_REASON_CODE
 from app.transactions.labelfile import H_SOURCE_LINE
 from app.transactions.labels import LabelRecord
 from tests.support.pipeline import read

@@ -17,12 +17,12 @@ import pytest
 import redis
 
 from app.action_service.ledger import read_effects
+from app.kafka import topics
+from app.kafka.inspect import group_lag
+from app.kafka.topics import ensure_topics
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings, load_settings
 from app.stack.secure import CLIENT_USER, SecureStack
-from app.stream import topics
-from app.stream.inspect import group_lag
-from app.stream.topics import ensure_topics
 from tests.support.logscan import leaks
 from tests.support.pipeline import lines_of, live_actions, make_log, replay
 from tests.support.procs import (

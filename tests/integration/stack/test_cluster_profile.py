@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from app.kafka import topics
 from app.settings import load_settings
 from app.stack.kafka_cluster import describe_partitions
 from app.stack.manager import Stack, port_taken
 from app.stack.profile import remembered_profile
-from app.stream import topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

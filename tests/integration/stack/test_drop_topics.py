@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
+from app.kafka.inspect import admin_client
+from app.kafka.topics import CONTROL, LABEL_TOPICS, PIPELINE_TOPICS, drop_topics, ensure_topics
 from app.settings import Settings
-from app.stream.inspect import admin_client
-from app.stream.topics import CONTROL, LABEL_TOPICS, PIPELINE_TOPICS, drop_topics, ensure_topics
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.integration

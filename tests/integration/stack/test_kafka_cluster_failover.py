@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from app.kafka import topics
+from app.kafka.topics import ensure_topics
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings, load_settings
 from app.stack.kafka_cluster import KafkaCluster, broker_ids
 from app.stack.manager import port_taken
-from app.stream import topics
-from app.stream.topics import ensure_topics
 from tests.support.brokers import partitions
 from tests.support.procs import wait_until
 

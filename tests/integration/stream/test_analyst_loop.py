@@ -17,10 +17,10 @@ import pytest
 
 from app.action_service.ledger import count_replays
 from app.actions import Action, make_action
+from app.kafka import topics
+from app.kafka.inspect import group_lag
 from app.redis_url import sync_client
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import group_lag
 from app.transactions.labels import LabelRecord
 from tests.support.pipeline import (
     effects,

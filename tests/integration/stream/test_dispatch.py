@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from app.actions import make_action
+from app.kafka import topics
+from app.kafka.inspect import group_lag
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import group_lag
 from tests.support.pipeline import effects, produce, read
 from tests.support.procs import (
     free_port,

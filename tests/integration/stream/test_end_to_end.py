@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from app.features.offline import compute_features
+from app.kafka import topics
+from app.kafka.inspect import topic_sizes
 from app.settings import Settings
-from app.stream import topics
-from app.stream.inspect import topic_sizes
 from tests.support.pipeline import (
     assert_live_matches_oracle,
     audit_served,

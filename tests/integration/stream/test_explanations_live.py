@@ -9,8 +9,8 @@ import onnxruntime
 import orjson
 import pytest
 
+from app.kafka import topics
 from app.settings import Settings
-from app.stream import topics
 from tests.support.pipeline import (
     assert_live_matches_oracle,
     lines_of,

@@ -8,9 +8,9 @@ from collections import defaultdict
 import orjson
 import pytest
 
+from app.kafka import topics
+from app.kafka.sink import partition_for
 from app.settings import Settings
-from app.stream import topics
-from app.stream.sink import partition_for
 from app.transactions.logfile import card_key
 from app.transactions.producer import replay_messages
 from tests.support.partitioner import KAFKA_DEFAULT_PARTITIONS

@@ -7,6 +7,7 @@ import orjson
 from scoring_support import LATENESS_MS, SmallLog
 
 from app.features.declaration import FEATURE_NAMES
+from app.kafka.records import SourceMessage
 from app.scoring.card import MODEL_FILE
 from app.scoring.explain import TOP, Explainer, explainer_for, reference_from_onnx
 from app.scoring.oracle import run_oracle
@@ -14,7 +15,6 @@ from app.scoring.registry import ModelRegistry
 from app.scoring.scorer import features_matrix
 from app.settings import load_settings
 from app.stream.pipeline import Scored
-from app.stream.records import SourceMessage
 from app.stream.scoring import ScoringStage
 from app.transactions.contract import parse_transaction
 

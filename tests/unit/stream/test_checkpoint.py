@@ -9,10 +9,11 @@ from typing import Any
 import orjson
 import pytest
 
-from app.stream import cardrecord, topics
+from app.kafka import topics
+from app.kafka.records import OutRecord, SourceMessage
+from app.stream import cardrecord
 from app.stream.checkpoint import Checkpoint, CheckpointFailed
 from app.stream.pipeline import TransactionPipeline
-from app.stream.records import OutRecord, SourceMessage
 
 T0 = 1_767_225_600_000
 NOW = T0 + 86_400_000

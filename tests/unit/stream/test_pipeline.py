@@ -6,9 +6,10 @@ import orjson
 import pytest
 
 from app.features.declaration import FEATURE_NAMES
-from app.stream import cardrecord, topics
+from app.kafka import topics
+from app.kafka.records import H_REASON_CODE, H_SOURCE_OFFSET, SourceMessage, header_map
+from app.stream import cardrecord
 from app.stream.pipeline import BatchOutcome, TransactionPipeline, served_row
-from app.stream.records import H_REASON_CODE, H_SOURCE_OFFSET, SourceMessage, header_map
 from app.stream.served import decode_served
 
 NOW = 1_767_225_600_000 + 86_400_000 * 30

@@ -11,7 +11,7 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 from aiokafka.structs import TopicPartition
 
-from app.stream.records import OutRecord
+from app.kafka.records import OutRecord
 
 #: (key, value, headers) of one record to produce
 Entry = tuple[bytes | None, bytes, Sequence[tuple[str, bytes]]]
@@ -34,7 +34,7 @@ class BatchSink:
     """Sends records in as few produce batches as possible and returns their delivery futures.
 
     `producer` gives the app's aiokafka producer (created lazily by Faust); `topic_names` maps
-    logical topic names (app.stream.topics) to the deployment's names.
+    logical topic names (app.kafka.topics) to the deployment's names.
     """
 
     def __init__(self, producer: Callable[[], Any], topic_names: Mapping[str, str]) -> None:

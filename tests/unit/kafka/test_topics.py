@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from app.kafka.topics import drop_topics
 from app.settings import load_settings
-from app.stream.topics import drop_topics
 
 
 def test_drop_topics_refuses_an_unprefixed_deployment() -> None:

@@ -7,8 +7,8 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
+from app.kafka.inspect import admin_client
 from app.settings import Settings
-from app.stream.inspect import admin_client
 
 log = logging.getLogger(__name__)
 

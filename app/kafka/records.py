@@ -30,7 +30,7 @@ class SourceMessage:
 
 @dataclass(frozen=True, slots=True)
 class OutRecord:
-    """One message to produce: `topic` is the logical name (see app.stream.topics)."""
+    """One message to produce: `topic` is the logical name (see app.kafka.topics)."""
 
     topic: str
     key: bytes | None

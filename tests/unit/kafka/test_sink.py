@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from app.stream.records import OutRecord
-from app.stream.sink import BatchSink, partition_for
+from app.kafka.records import OutRecord
+from app.kafka.sink import BatchSink, partition_for
 from tests.support.partitioner import KAFKA_DEFAULT_PARTITIONS
 
 
