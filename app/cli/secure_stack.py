@@ -15,7 +15,7 @@ console = Console(stderr=True)
 
 @click.group("secure-stack")
 def secure_stack() -> None:
-    """Local Kafka and Redis with TLS and authentication (see README, "Secure profile")."""
+    """Local Kafka and Redis with TLS and authentication (docs/operations.md, "Secure profile")."""
 
 
 @secure_stack.command()

@@ -1,7 +1,8 @@
 """IO binding: a session's calls on buffers preallocated per bucket size (optionally CUDA graphs).
 
 A plain `session.run` allocates the input and output tensors on the device and builds the
-feeds in Python on every call; on CUDA that is part of a call's fixed cost (README, "On a GPU").
+feeds in Python on every call; on CUDA that is part of a call's fixed cost (docs/performance.md,
+"On a GPU").
 `BoundScorer` allocates, once per bucket size (powers of two up to `max_rows`, and `max_rows`),
 an input [b, F] and an output [b, 1] tensor on the session's device and an IOBinding over them.
 A batch of n rows is staged into the smallest bucket b >= n (rows n..b keep earlier, finite
