@@ -108,7 +108,8 @@ Per hop, from the worker's `fraudstream_hop_seconds` histograms (bucket upper bo
 
 
 def write_live_load(docs: Path, raw: float, steps: list[Any], slo: float, *,
-                    overload: list[str], backlog: float, command: str, when: str) -> Path:
+                    overload: list[str], backlog: float, command: str, when: str,
+                    raw_live: list[Any] = (), raw_slo: float | None = None) -> Path:
     """Write docs/benchmarks/live-load.md and its two plots from benchmarks/live_load.py."""
     import matplotlib
 
@@ -150,6 +151,19 @@ def write_live_load(docs: Path, raw: float, steps: list[Any], slo: float, *,
         f"| {s.offered:,.0f} | {s.offered / raw:.2f} | {s.steady_p50:.0f} | {s.steady_p99:.0f} | "
         f"{s.cold_p99:.0f} | {s.within_budget:.2%} | {s.cpu_us:.0f} | {s.mean_batch:.0f} |"
         for s in steps)
+    raw_rows = "\n".join(
+        f"| {s.offered:,.0f} | {s.offered / raw:.2f} | {s.steady_p50:.0f} | {s.steady_p99:.0f} | "
+        f"{s.cold_p99:.0f} | {s.within_budget:.2%} | {s.cpu_us:.0f} |"
+        for s in sorted(raw_live, key=lambda s: s.offered))
+    raw_part = "Not run (`--no-raw-live`)." if not raw_live else f"""The raw loop itself, fed live \
+at the same rates (its own process, in its group before the first event; latency from the \
+source position each copy carries). Its SLO rate: **{raw_slo or 0:,.0f} ev/s = \
+{(raw_slo or 0) / raw:.3f}× its backlog rate**; the worker's is \
+**{slo / raw_slo if raw_slo else float("nan"):.2f}×** the raw loop's live SLO rate.
+
+| offered ev/s | × raw | p50 ms | p99 ms | cold p99 ms | within 50 ms | CPU µs/ev |
+|---|---|---|---|---|---|---|
+{raw_rows}"""
     page = out / "live-load.md"
     page.write_text(f"""# Live load: one worker fed at a steady rate
 
@@ -171,6 +185,10 @@ loop.**
 ![p99 against offered load](live_p99.png)
 
 ![CPU per event against batch size](live_cpu.png)
+
+## The raw loop fed live (the ceiling of the client)
+
+{raw_part}
 
 ## Overload and recovery
 

@@ -24,6 +24,7 @@ of the events appended in that second; then how long after the drop p99 was back
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -33,6 +34,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 import orjson
@@ -48,14 +50,15 @@ from pipeline_bench import (  # noqa: E402
     fresh,
     handled,
     pct,
+    raw_loop,
     scrape,
     start_worker,
 )
 
+from app.kafka import topics  # noqa: E402
 from app.kafka.inspect import read_topic  # noqa: E402
 from app.kafka.topics import drop_topics  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.stream import topics  # noqa: E402
 from app.transactions.producer import replay_messages  # noqa: E402
 from tests.support.pipeline import lines_of, make_log  # noqa: E402
 from tests.support.procs import wait_until  # noqa: E402
@@ -161,14 +164,62 @@ def run_step(base: Settings, lines: list[bytes], rate: float, seconds: float, tm
         rows = latencies(settings)
     finally:
         asyncio.run(drop_topics(settings))
+    return _step(rate, rows, cpu / max(1, n) * 1e6, mean_batch)
+
+
+def _step(rate: float, rows: list[tuple[int, float, int]], cpu_us: float,
+          mean_batch: float) -> Step:
+    """A step's figures from (source append ms, latency ms, output append ms) per event."""
     first = min(src for src, _, _ in rows)
     cold = [lat for src, lat, _ in rows if src < first + COLD_S * 1000]
     steady = [lat for src, lat, _ in rows if src >= first + COLD_S * 1000]
     span = (max(s for _, _, s in rows) - min(s for _, _, s in rows)) / 1000
     return Step(rate, len(rows), pct(steady, 0.5), pct(steady, 0.99), pct(cold, 0.99),
-                max(cold, default=float("nan")), cpu / max(1, n) * 1e6, mean_batch,
+                max(cold, default=float("nan")), cpu_us, mean_batch,
                 len(rows) / max(1e-3, span),
                 sum(1 for v in steady if v <= BUDGET_MS) / max(1, len(steady)))
+
+
+def _raw_child(settings: Settings, total: int, ready: Any) -> None:  # noqa: ANN401
+    asyncio.run(raw_loop(settings, total, tag=True, ready=ready.set))
+
+
+def run_raw_step(base: Settings, lines: list[bytes], rate: float, seconds: float) -> Step:
+    """The raw consume → produce loop fed live like the worker: its own process, started and
+    in its group before the first event; latency from each copy's `src` header."""
+    settings = fresh(base, uuid.uuid4().hex[:6])
+    ctx = multiprocessing.get_context("spawn")
+    n = int(rate * seconds)
+    ready = ctx.Event()
+    child = ctx.Process(target=_raw_child, args=(settings, n, ready), daemon=True)
+    child.start()
+    try:
+        if not ready.wait(60):
+            raise TimeoutError("the raw loop did not join its group within 60 s")
+        assert child.pid is not None
+        c0 = cpu_s(child.pid)
+        fed = feed(settings, lines, [(rate, seconds)])
+        c1 = c0
+        deadline = time.monotonic() + 120 + seconds
+        while child.is_alive() and time.monotonic() < deadline:
+            c1 = max(c1, cpu_s(child.pid))
+            child.join(0.2)
+        if child.is_alive():
+            raise TimeoutError("the raw loop did not copy every event in time")
+        appended = {(r.partition, r.offset): r.timestamp_ms
+                    for r in asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS),
+                                                    timeout_s=300))}
+        rows = []
+        for r in asyncio.run(read_topic(settings, settings.topic(topics.ACTIONS_DLQ),
+                                        timeout_s=300)):
+            part, offset = r.headers["src"].split(":")
+            source = appended[(int(part), int(offset))]
+            rows.append((source, float(r.timestamp_ms - source), r.timestamp_ms))
+    finally:
+        if child.is_alive():
+            child.terminate()
+        asyncio.run(drop_topics(settings))
+    return _step(rate, rows, (c1 - c0) / max(1, fed) * 1e6, float("nan"))
 
 
 def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> list[str]:
@@ -256,11 +307,13 @@ def slo_rate(steps: list[Step]) -> float:
 @click.option("--seconds", default=25.0, show_default=True, help="Input per step.")
 @click.option("--raw-runs", default=2, show_default=True)
 @click.option("--raw-txns", default=200_000, show_default=True)
+@click.option("--raw-live/--no-raw-live", default=True, show_default=True,
+              help="Also feed the raw loop live at the same rates (its own SLO rate).")
 @click.option("--overload/--no-overload", default=True, show_default=True)
 @click.option("--docs/--no-docs", default=False, show_default=True,
               help="Append the run to docs/benchmarks/live_load.md.")
-def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, overload: bool,
-         docs: bool) -> None:
+def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: bool,
+         overload: bool, docs: bool) -> None:
     base, broker_pid = bench_stack()
     shares = [float(s) for s in steps.split(",")]
     raws: list[Side] = []
@@ -299,6 +352,20 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, overload: boo
         print(f"SLO rate (steady p99 ≤ {BUDGET_MS:.0f} ms): {slo:,.0f} ev/s = "
               f"{slo / raw:.3f}× the raw loop ({raw:,.0f} ev/s)"
               + (f"; cold p99 at that rate {at.cold_p99:.1f} ms" if at else ""), flush=True)
+        raw_steps: list[Step] = []
+        raw_slo = None
+        if raw_live:
+            print("the raw loop fed live at the same rates:", flush=True)
+            for share in shares:
+                step = run_raw_step(base, lines, share * raw, seconds)
+                raw_steps.append(step)
+                print(f"{step.offered:9,.0f} {share:6.2f} {step.steady_p50:7.1f} "
+                      f"{step.steady_p99:8.1f} {step.cold_p99:9.1f} {step.cold_max:9.1f} "
+                      f"{step.within_budget:9.3%} {step.cpu_us:6.1f}", flush=True)
+            raw_slo = slo_rate(raw_steps)
+            print(f"raw loop's live SLO rate: {raw_slo:,.0f} ev/s = {raw_slo / raw:.3f}× its "
+                  f"backlog rate; the worker's SLO rate is "
+                  f"{slo / raw_slo if raw_slo else float('nan'):.2f}× that", flush=True)
         summary: list[str] = []
         if overload and slo > 0:
             summary = run_overload(base, lines, slo, Path(tmp))
@@ -308,7 +375,8 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, overload: boo
         page = write_live_load(DOCS, raw, results, slo, overload=summary, backlog=backlog_ratio,
                                command=" ".join([".venv/bin/python benchmarks/live_load.py",
                                                  *sys.argv[1:]]),
-                               when=time.strftime("%Y-%m-%d"))
+                               when=time.strftime("%Y-%m-%d"), raw_live=raw_steps,
+                               raw_slo=raw_slo)
         print(f"wrote {page}")
 
 

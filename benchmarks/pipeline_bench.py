@@ -29,6 +29,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +38,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.kafka import topics  # noqa: E402
 from app.kafka.inspect import admin_client, read_topic  # noqa: E402
 from app.kafka.topics import drop_topics, ensure_topics  # noqa: E402
 from app.security.kafka import kafka_client_kwargs  # noqa: E402
 from app.settings import Settings, load_settings  # noqa: E402
 from app.stack.manager import Stack  # noqa: E402
-from app.stream import topics  # noqa: E402
 from tests.support.pipeline import lines_of, make_log, replay  # noqa: E402
 from tests.support.procs import Spawned, spawn_worker, wait_until  # noqa: E402
 
@@ -108,8 +109,11 @@ async def _partitions(consumer: object, name: str) -> set[int]:
     return consumer.partitions_for_topic(name) or set()  # type: ignore[attr-defined]
 
 
-async def raw_loop(settings: Settings, total: int) -> None:
-    """Consume → produce (same bytes) with aiokafka, committing as it goes."""
+async def raw_loop(settings: Settings, total: int, *, tag: bool = False,
+                   ready: Callable[[], None] | None = None) -> None:
+    """Consume → produce (same bytes) with aiokafka, committing as it goes. `tag`: each copy
+    carries its source position in a `src` header (`partition:offset`, for latency);
+    `ready` is called once the consumer owns its partitions."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     consumer = AIOKafkaConsumer(settings.topic(topics.TRANSACTIONS),
@@ -123,11 +127,17 @@ async def raw_loop(settings: Settings, total: int) -> None:
     seen = 0
     sink = settings.topic(topics.ACTIONS_DLQ)  # a pipeline topic no worker writes here
     try:
+        while ready is not None and not consumer.assignment():
+            batch = await consumer.getmany(timeout_ms=100)  # joins the group; nothing fed yet
+            assert not batch, "input arrived before the raw loop said it was ready"
+        if ready is not None:
+            ready()
         while seen < total:
             batch = await consumer.getmany(timeout_ms=500, max_records=1000)
             for msgs in batch.values():
                 for m in msgs:
-                    await producer.send(sink, value=m.value, key=m.key)
+                    headers = [("src", f"{m.partition}:{m.offset}".encode())] if tag else None
+                    await producer.send(sink, value=m.value, key=m.key, headers=headers)
                 seen += len(msgs)
         await producer.flush()
     finally:

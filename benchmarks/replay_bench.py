@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from aiokafka import AIOKafkaProducer  # noqa: E402
 
+from app.kafka import topics  # noqa: E402
 from app.kafka.topics import drop_topics, ensure_topics  # noqa: E402
 from app.security.kafka import kafka_client_kwargs  # noqa: E402
 from app.settings import Settings, load_settings  # noqa: E402
-from app.stream import topics  # noqa: E402
 from app.transactions.logfile import card_key  # noqa: E402
 from app.transactions.producer import replay_messages  # noqa: E402
 from tests.support.pipeline import lines_of, make_log  # noqa: E402
