@@ -25,6 +25,8 @@ rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #68
 6. The consumer thread fetches for a copy of the active partitions (a rebalance empties the
    live set mid-fetch, and aiokafka reads an empty set as "every partition"); records fetched
    for a partition paused meanwhile are handed back (rewound), not skipped.
+7. At assignment the committed offsets of every partition are asked for in one request
+   (aiokafka asks one partition at a time: a round trip each before the first fetch).
 
 It also hands whole fetched chunks of the chunk topics (transactions for the score engine,
 actions for the dispatcher), tagged with the rebalance generation, to one queue per topic
@@ -40,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,6 +223,28 @@ class FraudConsumer(faust_aiokafka.Consumer):
         # target itself arrives (records fetched before the seek are stale)
         self.seek_targets[partition] = (offset, self.app.consumer_generation_id, time.monotonic())
         await self._thread.call_thread(self._thread.seek, partition, offset)
+
+    # --- correction 7: one request for the committed offsets at assignment ----------------------
+    async def seek_to_committed(self) -> Mapping[TP, int | None]:
+        """Seek every assigned partition to its committed offset, asking the group coordinator
+        once for all of them: aiokafka asks one partition at a time, so a worker that has just
+        joined made a round trip per partition (16 here) before its first fetch."""
+        return await self._thread.call_thread(self._seek_to_committed_at_once)
+
+    async def _seek_to_committed_at_once(self) -> dict[TP, int | None]:
+        kafka = self._thread._ensure_consumer()
+        partitions = list(kafka.assignment())
+        if not partitions:
+            return {}
+        found = await kafka._coordinator.fetch_committed_offsets(partitions)
+        committed: dict[TP, int | None] = {}
+        for tp in partitions:
+            meta = found.get(tp)
+            offset = None if meta is None or meta.offset < 0 else meta.offset
+            committed[tp] = offset
+            if offset:  # as aiokafka: offset 0 or none leaves the reset policy to place it
+                kafka._fetcher.seek_to(tp, offset)
+        return committed
 
     # --- correction 5: the log start of never-committed partitions -----------------------------
     async def perform_seek(self) -> None:

@@ -293,3 +293,33 @@ async def test_each_chunk_topic_has_its_own_queue_and_a_full_one_is_not_fetched(
     actions.get_nowait()
     assert await asyncio.wait_for(waiting, 1.0) == {}
     assert len(fetched) == 2
+
+
+async def test_assignment_asks_for_every_committed_offset_in_one_request() -> None:
+    consumer, _ = real_consumer({})
+    asked: list[list[TP]] = []
+    seeks: list[tuple[TP, int]] = []
+    assigned = [TP("transactions", p) for p in range(8)] + [TP("actions", p) for p in range(8)]
+    committed = {tp: SimpleNamespace(offset=10 * i - 1) for i, tp in enumerate(assigned)}
+
+    async def fetch_committed_offsets(partitions: list[TP]) -> dict[TP, SimpleNamespace]:
+        asked.append(list(partitions))
+        return {tp: committed[tp] for tp in partitions if tp != assigned[-1]}
+
+    kafka = SimpleNamespace(
+        assignment=lambda: set(assigned),
+        _coordinator=SimpleNamespace(fetch_committed_offsets=fetch_committed_offsets),
+        _fetcher=SimpleNamespace(seek_to=lambda tp, offset: seeks.append((tp, offset))))
+    consumer._thread._ensure_consumer = lambda: kafka
+
+    async def call_thread(fun, *args):  # noqa: ANN001, ANN202 - awaits as the thread does
+        return await fun(*args)
+
+    consumer._thread.call_thread = call_thread
+    found = await consumer.seek_to_committed()
+    assert len(asked) == 1 and sorted(asked[0]) == sorted(assigned)
+    # -1 (never committed) and a partition the coordinator left out read as None
+    assert found[assigned[0]] is None and found[assigned[-1]] is None
+    assert found[assigned[3]] == 29
+    assert sorted(seeks) == sorted((tp, 10 * i - 1) for i, tp in enumerate(assigned)
+                                   if 0 < 10 * i - 1 and tp != assigned[-1])
