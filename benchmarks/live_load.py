@@ -121,11 +121,16 @@ def batch_mean(text: str) -> float:
     return total / count if count else float("nan")
 
 
+def _source_appends(settings: Settings) -> dict[tuple[int, int], int]:
+    """Broker append time (ms) of every transaction, by (partition, offset)."""
+    return {(r.partition, r.offset): r.timestamp_ms
+            for r in asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS),
+                                            timeout_s=300))}
+
+
 def latencies(settings: Settings) -> list[tuple[int, float, int]]:
     """(source append ms, event → served row ms, served append ms) of every served row."""
-    appended = {(r.partition, r.offset): r.timestamp_ms
-                for r in asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS),
-                                                timeout_s=300))}
+    appended = _source_appends(settings)
     out = []
     for r in asyncio.run(read_topic(settings, settings.topic(topics.FEATURES_SERVED),
                                     timeout_s=300)):
@@ -206,9 +211,7 @@ def run_raw_step(base: Settings, lines: list[bytes], rate: float, seconds: float
             child.join(0.2)
         if child.is_alive():
             raise TimeoutError("the raw loop did not copy every event in time")
-        appended = {(r.partition, r.offset): r.timestamp_ms
-                    for r in asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS),
-                                                    timeout_s=300))}
+        appended = _source_appends(settings)
         rows = []
         for r in asyncio.run(read_topic(settings, settings.topic(topics.ACTIONS_DLQ),
                                         timeout_s=300)):
