@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from app.actions.action import MAX_TS_MS
+from app.actions.action import DECIDED_BY, MAX_TS_MS, OPTIONAL_FIELDS
 from app.transactions.contract import MIN_TS_MS
 
 _ID: Final = {
@@ -19,6 +19,8 @@ _DECISION_KEY: Final = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
 _TS: Final = {"type": "integer", "format": "int64", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
 _MS: Final = {"type": "integer", "format": "int64"}
 _JSON: Final = "application/json"
+_DECIDED_BY: Final = {"type": "string", "enum": list(DECIDED_BY)}
+_RULE: Final = {"type": "string", "pattern": "^(allow|block):(card|merchant):[A-Za-z0-9_.:-]{1,64}$"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -72,9 +74,17 @@ def _schemas() -> dict[str, Any]:
                         "items": _ref("Contribution"),
                         "description": "Optional: the top contributing features (occlusion "
                         "against the training reference); not part of the action's identity."},
+        "decided_by": {**_DECIDED_BY, "description": "Who decided: the model, or an allow/"
+                       "block list entry (then `rule` names it). Absent: model. Not part of "
+                       "the action's identity."},
+        "rule": {**_RULE, "description": "The list entry that decided (with decided_by "
+                 "allow_list or block_list only)."},
     }
     explanation = {"type": "array", "items": _ref("Contribution"), "nullable": True,
                    "description": "Top contributing features, largest |contribution| first."}
+    decider = {"decided_by": {**_DECIDED_BY, "description": "Who decided it (allow_list: "
+                              "the model's freeze was downgraded to this alert)."},
+               "rule": {**_RULE, "nullable": True}}
     result_fields = {
         "idempotency_key": _KEY,
         "type": {"type": "string", "enum": ["freeze_card", "alert_customer"]},
@@ -95,10 +105,11 @@ def _schemas() -> dict[str, Any]:
         "model_version": {"type": "string"},
         "queued_at_ms": _MS,
         "explanation": explanation,
+        **decider,
     }
     return {
         "Action": {**_object(action_fields, "An action, exactly the actions contract."),
-                   "required": [name for name in action_fields if name != "explanation"]},
+                   "required": [name for name in action_fields if name not in OPTIONAL_FIELDS]},
         "Contribution": _object(
             {
                 "name": {"type": "string", "pattern": "^[a-z0-9_]{1,64}$"},
@@ -120,6 +131,7 @@ def _schemas() -> dict[str, Any]:
                 "decided_at_ms": _MS,
                 "expires_in_ms": {"type": "integer", "minimum": 0},
                 "explanation": explanation,
+                **decider,
             },
             "The stored record of an applied key (score/model/decided_at of the applying request).",
         ),
@@ -132,6 +144,9 @@ def _schemas() -> dict[str, Any]:
                 "reason": {"type": "string", "nullable": True},
                 "txn_id": {**_ID, "nullable": True},
                 "explanation": explanation,
+                "decided_by": {**_DECIDED_BY, "nullable": True,
+                               "description": "Who froze it (model or block_list)."},
+                "rule": {**_RULE, "nullable": True},
                 "released_at_ms": {**_MS, "nullable": True,
                                    "description": "When an analyst last released the card."},
                 "released_by": {"type": "string", "nullable": True},
@@ -148,7 +163,8 @@ def _schemas() -> dict[str, Any]:
             {
                 "event": {"type": "string", "enum": ["frozen", "released", "confirmed"]},
                 "at_ms": _MS,
-                "by": {"type": "string", "description": "`model <version>` or the token's name."},
+                "by": {"type": "string", "description": "`model <version>`, `block_list <rule>` "
+                       "or the token's name."},
                 "reason": {"type": "string"},
                 "txn_id": {**_ID, "nullable": True},
                 "idempotency_key": {"type": "string"},
@@ -181,6 +197,33 @@ def _schemas() -> dict[str, Any]:
             },
             "What the decision did (the same body on every replay).",
         ),
+        "ListEntry": _object(
+            {
+                "list": {"type": "string", "enum": ["allow", "block"]},
+                "kind": {"type": "string", "enum": ["card", "merchant"]},
+                "id": _ID,
+                "reason": {"type": "string", "minLength": 1, "maxLength": 500},
+                "by": {"type": "string", "description": "The name of the token that put it."},
+                "at_ms": _MS,
+            },
+            "An entity on a list (allow: a model freeze becomes an alert; block: its next "
+            "transaction freezes the card). An entity is on one list at most.",
+        ),
+        "ListBody": {
+            "type": "object",
+            "required": ["list", "reason"],
+            "additionalProperties": False,
+            "properties": {
+                "list": {"type": "string", "enum": ["allow", "block"]},
+                "reason": {"type": "string", "minLength": 1, "maxLength": 500},
+            },
+            "description": "Which list and why.",
+        },
+        "Lists": _object({"entries": {"type": "array", "items": _ref("ListEntry")}},
+                         "Every current entry, ordered by kind and id."),
+        "ListRemoval": _object({"kind": {"type": "string", "enum": ["card", "merchant"]},
+                                "id": _ID, "removed": {"type": "boolean", "enum": [True]}},
+                               "The entity is on no list any more."),
         "Error": _object(
             {
                 "error": {"type": "string"},
@@ -216,6 +259,13 @@ def _paths() -> dict[str, Any]:
     unauthorized = _error("Missing or wrong bearer token.", _UNAUTHORIZED)
     unavailable = _error("Redis is unreachable; retry (the key makes it safe).", _RETRY_AFTER)
     invalid = _error("Invalid input; `field` names it.")
+    kafka_down = _error("Kafka did not acknowledge or answer in time; nothing was written, "
+                        "retry.", _RETRY_AFTER)
+    list_params = [
+        {"name": "kind", "in": "path", "required": True,
+         "schema": {"type": "string", "enum": ["card", "merchant"]}},
+        {"name": "entity_id", "in": "path", "required": True, "schema": _ID},
+    ]
     return {
         "/v1/actions": {
             "post": {
@@ -301,6 +351,50 @@ def _paths() -> dict[str, Any]:
         "/v1/cards/{card_id}/confirm": _decision_path(
             "confirmCard", "Confirm fraud on a card (an analyst's decision; labels it 1).",
             unauthorized, unavailable, invalid),
+        "/v1/lists": {
+            "get": {
+                "operationId": "getLists",
+                "summary": "Every allow/block list entry (read from the control topic).",
+                "security": secured,
+                "responses": {
+                    "200": _ok("The entries.", "Lists"),
+                    "401": unauthorized,
+                    "503": kafka_down,
+                },
+            }
+        },
+        "/v1/lists/{kind}/{entity_id}": {
+            "put": {
+                "operationId": "putListEntry",
+                "summary": "Put a card or merchant on the allow or block list (replacing its "
+                           "entry); every worker applies it from its next batch.",
+                "security": secured,
+                "parameters": list_params,
+                "requestBody": {"required": True,
+                                "content": {_JSON: {"schema": _ref("ListBody")}}},
+                "responses": {
+                    "200": _ok("Acknowledged by Kafka (all in-sync replicas).", "ListEntry"),
+                    "401": unauthorized,
+                    "403": _error("The token is read-only (FRAUDSTREAM_ACTION_READ_TOKEN)."),
+                    "413": _error("Body over 64 KiB."),
+                    "422": invalid,
+                    "503": kafka_down,
+                },
+            },
+            "delete": {
+                "operationId": "deleteListEntry",
+                "summary": "Take a card or merchant off the lists (idempotent).",
+                "security": secured,
+                "parameters": list_params,
+                "responses": {
+                    "200": _ok("Acknowledged by Kafka.", "ListRemoval"),
+                    "401": unauthorized,
+                    "403": _error("The token is read-only (FRAUDSTREAM_ACTION_READ_TOKEN)."),
+                    "422": invalid,
+                    "503": kafka_down,
+                },
+            },
+        },
         "/healthz": {
             "get": {
                 "operationId": "healthz",

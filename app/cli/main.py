@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "generate": "app.cli.generate:generate",
     "replay": "app.cli.replay:replay",
     "labels": "app.cli.labels:labels",
+    "lists": "app.cli.lists:lists",
+    "backtest": "app.cli.backtest:backtest",
     "worker": "app.cli.worker:worker",
     "demo": "app.cli.demo:demo",
     "features": "app.cli.features:features",

@@ -24,6 +24,7 @@ from app.actions.explanation import Contribution
 from app.features.declaration import FEATURE_NAMES
 from app.features.offline import OfflineResult, compute_features
 from app.scoring.explain import explainer_for
+from app.scoring.lists import EMPTY, Lists
 from app.scoring.policy import Thresholds, build_actions, decide, near_threshold
 from app.scoring.registry import LoadedModel, ModelRegistry
 from app.scoring.scorer import features_matrix
@@ -95,26 +96,45 @@ def run_oracle(
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: Callable[[int], None] | None = None,
     explain: bool = True,
+    lists: Lists = EMPTY,
+    extra: tuple[str, ...] = (),
 ) -> OracleRun:
-    """Features → scores → policy over a log (raw messages or a log file), in log order; with
-    `explain`, each action carries its explanation, computed as the worker computes it."""
+    """Features → scores → policy and allow/block `lists` over a log (raw messages or a log
+    file), in log order; with `explain`, each action carries its explanation, computed as the
+    worker computes it. `extra` transaction fields are kept in the offline table."""
     loaded = model if isinstance(model, LoadedModel) else model.load(version)
     policy = loaded.thresholds if thresholds is None else thresholds
+    if lists.entries and "merchant_id" not in extra:
+        extra = (*extra, "merchant_id")
     offline = compute_features(lines, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
-                               max_bytes=max_bytes, progress=progress)
+                               max_bytes=max_bytes, progress=progress, extra=extra)
     scores = score_table(loaded, offline)
+    actions, boundary = decide_rows(loaded, offline, scores, policy, lists=lists,
+                                    explain=explain)
+    return OracleRun(actions, loaded.version, policy, offline, scores, boundary)
+
+
+def decide_rows(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
+                policy: Thresholds, *, lists: Lists = EMPTY, explain: bool = True
+                ) -> tuple[list[Action], frozenset[str]]:
+    """The actions of scored rows under `policy` and `lists` (as the worker builds them), and
+    the txn_ids of boundary decisions. Lists need the table's merchant_id column."""
     table = offline.table
     actions: list[Action] = []
     boundary: set[str] = set()
+    merchants = (table.column("merchant_id").to_pylist() if lists.entries
+                 else [""] * table.num_rows)
     rows = zip(table.column("txn_id").to_pylist(), table.column("card_id").to_pylist(),
-               table.column("ts_ms").to_pylist(), scores.tolist(), strict=True)
-    explanations = _explanations(loaded, offline, scores, policy) if explain else {}
-    for i, (txn_id, card_id, ts_ms, score) in enumerate(rows):
+               table.column("ts_ms").to_pylist(), scores.tolist(), merchants, strict=True)
+    explanations = _explanations(model, offline, scores, policy) if explain else {}
+    for i, (txn_id, card_id, ts_ms, score, merchant_id) in enumerate(rows):
         if near_threshold(score, policy):
             boundary.add(txn_id)
-        actions.extend(build_actions(_Txn(txn_id, card_id, ts_ms), score, loaded.version, ts_ms,
-                                     thresholds=policy, explanation=explanations.get(i)))
-    return OracleRun(actions, loaded.version, policy, offline, scores, frozenset(boundary))
+        actions.extend(build_actions(_Txn(txn_id, card_id, ts_ms), score, model.version, ts_ms,
+                                     thresholds=policy, explanation=explanations.get(i),
+                                     entry=lists.match(card_id, merchant_id)
+                                     if lists.entries else None))
+    return actions, frozenset(boundary)
 
 
 def _explanations(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
