@@ -194,6 +194,7 @@ def backtest(events: Path, labels_path: Path, policy_path: Path | None, version:
     table = offline.table
     rows = Rows(*(table.column(n).to_pylist()
                   for n in ("txn_id", "card_id", "ts_ms", "amount_minor")), scores.tolist())
+    fraud_rows = rows.fraud_rows(truth)
     outcomes = []
     for name, policy in (("active", active), ("candidate", candidate)):
         if policy is None:
@@ -202,7 +203,7 @@ def backtest(events: Path, labels_path: Path, policy_path: Path | None, version:
         # explanations only where the actions are written (not part of what is compared)
         explain = name == "active" and out_actions is not None
         actions, _ = decide_rows(loaded, offline, scores, policy, lists=lists, explain=explain)
-        outcomes.append(evaluate(name, policy, actions, rows, truth))
+        outcomes.append(evaluate(name, policy, actions, rows, truth, fraud_rows))
     comparison = compare(outcomes[0], outcomes[1], truth)
     if out_actions is not None:
         _write_jsonl(out_actions, (a.to_json() for a in comparison.active.actions))

@@ -24,8 +24,8 @@ from app.actions.explanation import Contribution
 from app.features.declaration import FEATURE_NAMES
 from app.features.offline import OfflineResult, compute_features
 from app.scoring.explain import explainer_for
-from app.scoring.lists import EMPTY, Lists
-from app.scoring.policy import Thresholds, build_actions, decide, near_threshold
+from app.scoring.lists import EMPTY, ListEntry, Lists
+from app.scoring.policy import BOUNDARY_EPS, Thresholds, build_actions, decide
 from app.scoring.registry import LoadedModel, ModelRegistry
 from app.scoring.scorer import features_matrix
 from app.transactions.contract import DEFAULT_MAX_BYTES
@@ -121,20 +121,32 @@ def decide_rows(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
     the txn_ids of boundary decisions. Lists need the table's merchant_id column."""
     table = offline.table
     actions: list[Action] = []
-    boundary: set[str] = set()
-    merchants = (table.column("merchant_id").to_pylist() if lists.entries
-                 else [""] * table.num_rows)
-    rows = zip(table.column("txn_id").to_pylist(), table.column("card_id").to_pylist(),
-               table.column("ts_ms").to_pylist(), scores.tolist(), merchants, strict=True)
+    # Only rows the policy acts on (score >= alert) or a list names can yield an action: the
+    # others are skipped in numpy, not one by one (decide() gives them nothing; NaN too).
+    wide = scores.astype(np.float64)
+    picked = wide >= policy.alert
+    entries: dict[int, ListEntry] = {}
+    if lists.entries:
+        merchants = table.column("merchant_id").to_pylist()
+        for i, (card_id, merchant_id) in enumerate(zip(table.column("card_id").to_pylist(),
+                                                       merchants, strict=True)):
+            entry = lists.match(card_id, merchant_id)
+            if entry is not None:
+                entries[i] = entry
+                picked[i] = True
+    near = (np.abs(wide - policy.freeze) <= BOUNDARY_EPS) | (
+        np.abs(wide - policy.alert) <= BOUNDARY_EPS)
+    boundary = frozenset(table.column("txn_id").take(np.flatnonzero(near)).to_pylist())
+    rows = np.flatnonzero(picked)
+    ids, cards, times = (table.column(n).take(rows).to_pylist()
+                         for n in ("txn_id", "card_id", "ts_ms"))
     explanations = _explanations(model, offline, scores, policy) if explain else {}
-    for i, (txn_id, card_id, ts_ms, score, merchant_id) in enumerate(rows):
-        if near_threshold(score, policy):
-            boundary.add(txn_id)
+    for i, txn_id, card_id, ts_ms, score in zip(rows.tolist(), ids, cards, times,
+                                                wide[rows].tolist(), strict=True):
         actions.extend(build_actions(_Txn(txn_id, card_id, ts_ms), score, model.version, ts_ms,
                                      thresholds=policy, explanation=explanations.get(i),
-                                     entry=lists.match(card_id, merchant_id)
-                                     if lists.entries else None))
-    return actions, frozenset(boundary)
+                                     entry=entries.get(i)))
+    return actions, boundary
 
 
 def _explanations(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
