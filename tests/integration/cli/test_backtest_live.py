@@ -41,7 +41,7 @@ def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_backtest_reproduces_the_live_actions(fresh_settings: Settings, tmp_path: Path) -> None:
     require_compiled_fold()
-    settings = with_own_service(fresh_settings, redis_db=8)
+    settings = with_own_service(fresh_settings, redis_db=11)
     log = make_log(cards=300, txns=6000, seed=32)
     events, labels = tmp_path / "log.jsonl", tmp_path / "log.labels.jsonl"
     write_log(log, events, labels)

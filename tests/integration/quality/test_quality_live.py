@@ -60,7 +60,7 @@ def _scrape(port: int) -> tuple[dict[tuple[str, str, str], float], float]:
 def test_live_precision_and_recall_match_the_offline_computation(
         fresh_settings: Settings, tmp_path: Path) -> None:
     require_compiled_fold()
-    settings = with_own_service(fresh_settings, redis_db=9)
+    settings = with_own_service(fresh_settings, redis_db=12)
     log = make_log(cards=300, txns=6000, seed=33)
     events, labels_path = tmp_path / "log.jsonl", tmp_path / "log.labels.jsonl"
     write_log(log, events, labels_path)

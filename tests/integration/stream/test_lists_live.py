@@ -66,7 +66,7 @@ def _applied(port: int) -> dict[str, float]:
 def test_lists_reach_the_worker_and_decide_as_the_oracle_does(fresh_settings: Settings,
                                                               tmp_path: Path) -> None:
     require_compiled_fold()
-    settings = with_own_service(fresh_settings, redis_db=7).replace(
+    settings = with_own_service(fresh_settings, redis_db=10).replace(
         action_token=f"alice:{WRITE}", action_read_token=f"viewer:{READ}")
     log = make_log(cards=300, txns=6000, seed=31)
     lines = lines_of(log)
