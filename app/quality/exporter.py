@@ -20,6 +20,8 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4"
+#: Seconds between attempts to read the topics again after Kafka failed the feed.
+RETRY_S = 5.0
 
 
 class QualityCollector(Collector):
@@ -95,11 +97,22 @@ def create_app(settings: Settings) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def follow() -> None:
+        # folding a record twice changes nothing (a transaction, a freeze and a label_id count
+        # once), so after a failure the feed simply reads everything again
+        while True:
+            try:
+                await feed.run(lambda: collector.update(book),
+                               interval_s=settings.quality_interval_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - Kafka away: said in the log, retried
+                log.warning("quality feed interrupted (%r); reading again in %.0f s", exc,
+                            RETRY_S)
+                await asyncio.sleep(RETRY_S)
+
     async def run_feed(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(
-            feed.run(lambda: collector.update(book), interval_s=settings.quality_interval_s),
-            name="quality-feed")
-        task.add_done_callback(_log_end)
+        task = asyncio.create_task(follow(), name="quality-feed")
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -110,7 +123,3 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(run_feed)
     return app
 
-
-def _log_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("the quality feed stopped: %r", task.exception())
