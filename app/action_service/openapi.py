@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from app.action_service.openapi_lists import list_paths, list_schemas
 from app.actions.action import DECIDED_BY, MAX_TS_MS, OPTIONAL_FIELDS
 from app.transactions.contract import MIN_TS_MS
 
@@ -197,33 +198,7 @@ def _schemas() -> dict[str, Any]:
             },
             "What the decision did (the same body on every replay).",
         ),
-        "ListEntry": _object(
-            {
-                "list": {"type": "string", "enum": ["allow", "block"]},
-                "kind": {"type": "string", "enum": ["card", "merchant"]},
-                "id": _ID,
-                "reason": {"type": "string", "minLength": 1, "maxLength": 500},
-                "by": {"type": "string", "description": "The name of the token that put it."},
-                "at_ms": _MS,
-            },
-            "An entity on a list (allow: a model freeze becomes an alert; block: its next "
-            "transaction freezes the card). An entity is on one list at most.",
-        ),
-        "ListBody": {
-            "type": "object",
-            "required": ["list", "reason"],
-            "additionalProperties": False,
-            "properties": {
-                "list": {"type": "string", "enum": ["allow", "block"]},
-                "reason": {"type": "string", "minLength": 1, "maxLength": 500},
-            },
-            "description": "Which list and why.",
-        },
-        "Lists": _object({"entries": {"type": "array", "items": _ref("ListEntry")}},
-                         "Every current entry, ordered by kind and id."),
-        "ListRemoval": _object({"kind": {"type": "string", "enum": ["card", "merchant"]},
-                                "id": _ID, "removed": {"type": "boolean", "enum": [True]}},
-                               "The entity is on no list any more."),
+        **list_schemas(_object),
         "Error": _object(
             {
                 "error": {"type": "string"},
@@ -259,13 +234,6 @@ def _paths() -> dict[str, Any]:
     unauthorized = _error("Missing or wrong bearer token.", _UNAUTHORIZED)
     unavailable = _error("Redis is unreachable; retry (the key makes it safe).", _RETRY_AFTER)
     invalid = _error("Invalid input; `field` names it.")
-    kafka_down = _error("Kafka did not acknowledge or answer in time; nothing was written, "
-                        "retry.", _RETRY_AFTER)
-    list_params = [
-        {"name": "kind", "in": "path", "required": True,
-         "schema": {"type": "string", "enum": ["card", "merchant"]}},
-        {"name": "entity_id", "in": "path", "required": True, "schema": _ID},
-    ]
     return {
         "/v1/actions": {
             "post": {
@@ -351,50 +319,7 @@ def _paths() -> dict[str, Any]:
         "/v1/cards/{card_id}/confirm": _decision_path(
             "confirmCard", "Confirm fraud on a card (an analyst's decision; labels it 1).",
             unauthorized, unavailable, invalid),
-        "/v1/lists": {
-            "get": {
-                "operationId": "getLists",
-                "summary": "Every allow/block list entry (read from the control topic).",
-                "security": secured,
-                "responses": {
-                    "200": _ok("The entries.", "Lists"),
-                    "401": unauthorized,
-                    "503": kafka_down,
-                },
-            }
-        },
-        "/v1/lists/{kind}/{entity_id}": {
-            "put": {
-                "operationId": "putListEntry",
-                "summary": "Put a card or merchant on the allow or block list (replacing its "
-                           "entry); every worker applies it from its next batch.",
-                "security": secured,
-                "parameters": list_params,
-                "requestBody": {"required": True,
-                                "content": {_JSON: {"schema": _ref("ListBody")}}},
-                "responses": {
-                    "200": _ok("Acknowledged by Kafka (all in-sync replicas).", "ListEntry"),
-                    "401": unauthorized,
-                    "403": _error("The token is read-only (FRAUDSTREAM_ACTION_READ_TOKEN)."),
-                    "413": _error("Body over 64 KiB."),
-                    "422": invalid,
-                    "503": kafka_down,
-                },
-            },
-            "delete": {
-                "operationId": "deleteListEntry",
-                "summary": "Take a card or merchant off the lists (idempotent).",
-                "security": secured,
-                "parameters": list_params,
-                "responses": {
-                    "200": _ok("Acknowledged by Kafka.", "ListRemoval"),
-                    "401": unauthorized,
-                    "403": _error("The token is read-only (FRAUDSTREAM_ACTION_READ_TOKEN)."),
-                    "422": invalid,
-                    "503": kafka_down,
-                },
-            },
-        },
+        **list_paths(_ok, _error, unauthorized, invalid, _RETRY_AFTER),
         "/healthz": {
             "get": {
                 "operationId": "healthz",
