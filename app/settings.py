@@ -361,6 +361,24 @@ class Settings:
         "Action service: how long WAIT waits for the replicas (ms); below the Redis timeout.",
         1000,
     )
+    # --- live quality (app.quality) ---------------------------------------------------------
+    quality_port: int = _env(
+        "FRAUDSTREAM_QUALITY_PORT",
+        "`fraudstream quality`: port of its /metrics (precision and recall by day and label "
+        "maturity); `watch` reads it there.",
+        8090,
+    )
+    quality_days: int = _env(
+        "FRAUDSTREAM_QUALITY_DAYS",
+        "`fraudstream quality`: days of event time it keeps transactions for (older ones are "
+        "forgotten; 0 keeps all).",
+        35,
+    )
+    quality_interval_s: float = _env(
+        "FRAUDSTREAM_QUALITY_INTERVAL_S",
+        "`fraudstream quality`: seconds between recomputations of the figures.",
+        2.0,
+    )
 
     @property
     def profile(self) -> StackProfile:

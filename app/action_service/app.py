@@ -16,6 +16,7 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, REDIS, SETTINGS, STORE, TOKENS
 from app.action_service.label_outbox import forward_to_kafka
+from app.action_service.list_routes import LISTS, ListBook
 from app.action_service.metrics import ServiceMetrics
 from app.action_service.routes import MAX_BODY_BYTES, setup_routes
 from app.action_service.store import ActionStore
@@ -89,6 +90,7 @@ def create_app(
     *,
     tokens: TokenSet | None = None,
     forward_labels: bool = False,
+    lists: ListBook | None = None,
 ) -> web.Application:
     """Build the action service: routes, metrics, and a Redis client owned by cleanup_ctx.
 
@@ -96,6 +98,8 @@ def create_app(
     CLI passes the set checked against the address it binds. `forward_labels` runs the label
     outbox forwarder (a Kafka producer) as a task of the app when FRAUDSTREAM_LABELS_FORWARD is
     on too: the CLI's service does, apps built in-process (tests, benchmarks) do not.
+    `lists` is where the allow/block lists are read and written (default: the control topic,
+    through a producer started on the first write).
     """
     tokens = tokens or service_tokens(settings)
     if not 0 <= settings.idempotency_margin_s < settings.idempotency_ttl_s:
@@ -117,6 +121,11 @@ def create_app(
     app[TOKENS] = tokens
     app[METRICS] = metrics
     app[IN_FLIGHT] = set()
+    if lists is None:
+        from app.stream.listfeed import ListPublisher
+
+        lists = ListPublisher(settings)
+    app[LISTS] = lists
     factory = redis_client_factory or default_redis_client
 
     async def redis_context(app: web.Application) -> AsyncIterator[None]:
@@ -152,6 +161,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await forwarder
             await app[STORE].aclose()
+            await app[LISTS].aclose()
             await client.aclose()
             logger.info("action service stopped; redis client closed")
 

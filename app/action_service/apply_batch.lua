@@ -11,9 +11,10 @@
 --       On a single Redis one call carries any mix of shards, claims included. On a cluster a
 --       call carries one card shard (one slot) and no claims: claim_batch.lua took them first.
 -- ARGV: 1 ttl_ms  2 max_age_ms (ttl - margin)  3 max_skew_ms (margin)  4 alerts kept per card
---       5 claim ttl_ms ('' : no claim keys), then eleven per action i: 6+11i idempotency_key,
+--       5 claim ttl_ms ('' : no claim keys), then thirteen per action i: 6+13i idempotency_key,
 --       fingerprint, type, card_id, txn_id, ts_ms, score, model_version, decided_at_ms, reason,
---       explanation (a JSON array of {name, value, contribution}, '' when absent)
+--       explanation (a JSON array of {name, value, contribution}, '' when absent), decided_by
+--       (model | allow_list | block_list), rule (the list entry that decided, '' for the model)
 -- Returns {now_ms, then four per action: verdict, outcome, applied_at_ms, effect_id}. verdict is
 -- created | replay | mismatch | gone | future | error; outcome, applied_at_ms and effect_id are
 -- the key's record for created and replay, '' otherwise; for error, outcome is the message.
@@ -55,14 +56,16 @@ local function alerts_bad(alerts)
 end
 
 -- One action: k = 7 key names (idem, card, card alerts, effects, alerts, stats, history) and
--- the claim (or nil), a = 11 arguments (see ARGV above). Returns verdict, outcome, applied_at_ms,
+-- the claim (or nil), a = 13 arguments (see ARGV above). Returns verdict, outcome, applied_at_ms,
 -- effect_id.
 local function apply_one(k, a)
   local idem, card, card_alerts, effects, alerts, stats = k[1], k[2], k[3], k[4], k[5], k[6]
   local history, claim = k[7], k[8]
   local key, fingerprint, action_type, card_id, txn_id = a[1], a[2], a[3], a[4], a[5]
   local ts_ms, score, model_version, decided_at_ms, reason = a[6], a[7], a[8], a[9], a[10]
-  local explanation = a[11]
+  local explanation, decided_by, rule = a[11], a[12], a[13]
+  local decider = 'model ' .. model_version
+  if rule ~= '' then decider = decided_by .. ' ' .. rule end
 
   -- The claim catches the key reused with another card, whose record would be in another
   -- card shard (the key is derived from type and txn_id only, the fingerprint covers the card).
@@ -135,25 +138,26 @@ local function apply_one(k, a)
   if outcome == 'frozen' then
     redis.call('HSET', card, 'status', 'frozen', 'frozen_at_ms', now_ms, 'reason', reason,
       'txn_id', txn_id, 'idempotency_key', key, 'score', score, 'model_version', model_version,
-      'explanation', explanation)
+      'explanation', explanation, 'decided_by', decided_by, 'rule', rule)
     redis.call('RPUSH', history, cjson.encode({event = 'frozen', at_ms = now_ms,
-      by = 'model ' .. model_version, reason = reason, txn_id = txn_id, idempotency_key = key,
+      by = decider, reason = reason, txn_id = txn_id, idempotency_key = key,
       effect_id = effect_id}))
     redis.call('LTRIM', history, -alerts_kept, -1)
   elseif outcome == 'alert_queued' then
     local alert_id = redis.call('XADD', alerts, '*', 'idempotency_key', key, 'card_id', card_id,
       'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score, 'model_version', model_version,
-      'queued_at_ms', now_ms, 'explanation', explanation)
+      'queued_at_ms', now_ms, 'explanation', explanation, 'decided_by', decided_by, 'rule', rule)
     redis.call('RPUSH', card_alerts, cjson.encode({alert_id = alert_id, txn_id = txn_id,
       idempotency_key = key, ts_ms = ts_ms, score = score, model_version = model_version,
-      queued_at_ms = now_ms, explanation = explanation}))
+      queued_at_ms = now_ms, explanation = explanation, decided_by = decided_by, rule = rule}))
     redis.call('LTRIM', card_alerts, -alerts_kept, -1)
     redis.call('HINCRBY', card, 'alerts_total', 1)
   end
   redis.call('HSET', idem, 'idempotency_key', key, 'fingerprint', fingerprint,
     'type', action_type, 'card_id', card_id, 'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score,
     'model_version', model_version, 'decided_at_ms', decided_at_ms, 'outcome', outcome,
-    'applied_at_ms', now_ms, 'effect_id', effect_id, 'explanation', explanation)
+    'applied_at_ms', now_ms, 'effect_id', effect_id, 'explanation', explanation,
+    'decided_by', decided_by, 'rule', rule)
   redis.call('PEXPIRE', idem, ttl_ms)
   if claim then
     redis.call('SET', claim, owner_is, 'PX', claim_ttl)
@@ -164,13 +168,14 @@ end
 local reply = {now_ms}
 local n = #KEYS / width
 for i = 0, n - 1 do
-  local ki, ai = width * i, 5 + 11 * i
+  local ki, ai = width * i, 5 + 13 * i
   -- pcall: an unexpected error in one action answers that action, never its neighbours
   local ok, verdict, outcome, applied_at, effect_id = pcall(apply_one,
     {KEYS[ki + 1], KEYS[ki + 2], KEYS[ki + 3], KEYS[ki + 4], KEYS[ki + 5], KEYS[ki + 6],
      KEYS[ki + 7], width == 8 and KEYS[ki + 8] or nil},
     {ARGV[ai + 1], ARGV[ai + 2], ARGV[ai + 3], ARGV[ai + 4], ARGV[ai + 5], ARGV[ai + 6],
-     ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9], ARGV[ai + 10], ARGV[ai + 11]})
+     ARGV[ai + 7], ARGV[ai + 8], ARGV[ai + 9], ARGV[ai + 10], ARGV[ai + 11], ARGV[ai + 12],
+     ARGV[ai + 13]})
   if not ok then
     local message = verdict
     if type(message) == 'table' then message = message['err'] end

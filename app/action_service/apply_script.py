@@ -24,7 +24,7 @@ from app.actions.key import action_fingerprint
 
 Verdict = Literal["created", "replay", "mismatch", "gone", "future"]
 _VERDICTS: Final = frozenset(("created", "replay", "mismatch", "gone", "future"))
-_ARGS_PER_ACTION: Final = 11
+_ARGS_PER_ACTION: Final = 13
 #: Reply fields per action: verdict, outcome, applied_at_ms, effect_id.
 _REPLY_PER_ACTION: Final = 4
 
@@ -123,8 +123,10 @@ class ScriptLimits:
 
 def _action_args(action: Action) -> tuple[str, ...]:
     # the freeze reason is read by the script for a freeze only
-    reason = (f"freeze_card by model {action.model_version} (score {action.score:.6g})"
-              if action.type == "freeze_card" else "")
+    reason = "" if action.type != "freeze_card" else (
+        f"freeze_card by model {action.model_version} (score {action.score:.6g})"
+        if action.rule is None else
+        f"freeze_card by {action.decided_by} {action.rule} (model score {action.score:.6g})")
     return (
         action.idempotency_key,
         action_fingerprint(action),
@@ -137,6 +139,8 @@ def _action_args(action: Action) -> tuple[str, ...]:
         str(action.decided_at_ms),
         reason,
         action.explanation_json(),
+        action.decided_by,
+        action.rule or "",
     )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from app.actions.action import MAX_TS_MS
+from app.action_service.openapi_lists import list_paths, list_schemas
+from app.actions.action import DECIDED_BY, MAX_TS_MS, OPTIONAL_FIELDS
 from app.transactions.contract import MIN_TS_MS
 
 _ID: Final = {
@@ -19,6 +20,8 @@ _DECISION_KEY: Final = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
 _TS: Final = {"type": "integer", "format": "int64", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
 _MS: Final = {"type": "integer", "format": "int64"}
 _JSON: Final = "application/json"
+_DECIDED_BY: Final = {"type": "string", "enum": list(DECIDED_BY)}
+_RULE: Final = {"type": "string", "pattern": "^(allow|block):(card|merchant):[A-Za-z0-9_.:-]{1,64}$"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -72,9 +75,17 @@ def _schemas() -> dict[str, Any]:
                         "items": _ref("Contribution"),
                         "description": "Optional: the top contributing features (occlusion "
                         "against the training reference); not part of the action's identity."},
+        "decided_by": {**_DECIDED_BY, "description": "Who decided: the model, or an allow/"
+                       "block list entry (then `rule` names it). Absent: model. Not part of "
+                       "the action's identity."},
+        "rule": {**_RULE, "description": "The list entry that decided (with decided_by "
+                 "allow_list or block_list only)."},
     }
     explanation = {"type": "array", "items": _ref("Contribution"), "nullable": True,
                    "description": "Top contributing features, largest |contribution| first."}
+    decider = {"decided_by": {**_DECIDED_BY, "description": "Who decided it (allow_list: "
+                              "the model's freeze was downgraded to this alert)."},
+               "rule": {**_RULE, "nullable": True}}
     result_fields = {
         "idempotency_key": _KEY,
         "type": {"type": "string", "enum": ["freeze_card", "alert_customer"]},
@@ -95,10 +106,11 @@ def _schemas() -> dict[str, Any]:
         "model_version": {"type": "string"},
         "queued_at_ms": _MS,
         "explanation": explanation,
+        **decider,
     }
     return {
         "Action": {**_object(action_fields, "An action, exactly the actions contract."),
-                   "required": [name for name in action_fields if name != "explanation"]},
+                   "required": [name for name in action_fields if name not in OPTIONAL_FIELDS]},
         "Contribution": _object(
             {
                 "name": {"type": "string", "pattern": "^[a-z0-9_]{1,64}$"},
@@ -120,6 +132,7 @@ def _schemas() -> dict[str, Any]:
                 "decided_at_ms": _MS,
                 "expires_in_ms": {"type": "integer", "minimum": 0},
                 "explanation": explanation,
+                **decider,
             },
             "The stored record of an applied key (score/model/decided_at of the applying request).",
         ),
@@ -132,6 +145,9 @@ def _schemas() -> dict[str, Any]:
                 "reason": {"type": "string", "nullable": True},
                 "txn_id": {**_ID, "nullable": True},
                 "explanation": explanation,
+                "decided_by": {**_DECIDED_BY, "nullable": True,
+                               "description": "Who froze it (model or block_list)."},
+                "rule": {**_RULE, "nullable": True},
                 "released_at_ms": {**_MS, "nullable": True,
                                    "description": "When an analyst last released the card."},
                 "released_by": {"type": "string", "nullable": True},
@@ -148,7 +164,8 @@ def _schemas() -> dict[str, Any]:
             {
                 "event": {"type": "string", "enum": ["frozen", "released", "confirmed"]},
                 "at_ms": _MS,
-                "by": {"type": "string", "description": "`model <version>` or the token's name."},
+                "by": {"type": "string", "description": "`model <version>`, `block_list <rule>` "
+                       "or the token's name."},
                 "reason": {"type": "string"},
                 "txn_id": {**_ID, "nullable": True},
                 "idempotency_key": {"type": "string"},
@@ -181,6 +198,7 @@ def _schemas() -> dict[str, Any]:
             },
             "What the decision did (the same body on every replay).",
         ),
+        **list_schemas(_object),
         "Error": _object(
             {
                 "error": {"type": "string"},
@@ -301,6 +319,7 @@ def _paths() -> dict[str, Any]:
         "/v1/cards/{card_id}/confirm": _decision_path(
             "confirmCard", "Confirm fraud on a card (an analyst's decision; labels it 1).",
             unauthorized, unavailable, invalid),
+        **list_paths(_ok, _error, unauthorized, invalid, _RETRY_AFTER),
         "/healthz": {
             "get": {
                 "operationId": "healthz",

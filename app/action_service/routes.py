@@ -18,6 +18,7 @@ from app.action_service.decisions import (
     DecisionError,
     DecisionRequest,
 )
+from app.action_service.list_routes import delete_entry, get_lists, put_entry
 from app.action_service.metrics import CONTENT_TYPE_LATEST
 from app.action_service.observe import observed, unmatched
 from app.action_service.openapi import build_openapi
@@ -232,6 +233,30 @@ def decision_handler(decision: Decision):  # noqa: ANN201 - an aiohttp handler
     return post_decision
 
 
+async def list_reader(request: web.Request) -> web.Response:
+    """GET /v1/lists for any token."""
+    if _access(request) is None:
+        return _unauthorized()
+    return await get_lists(request)
+
+
+def list_writer(handler):  # noqa: ANN001, ANN201 - an aiohttp handler
+    """PUT/DELETE /v1/lists/{kind}/{entity_id}: full-access tokens only, recorded by name."""
+
+    async def write_list(request: web.Request) -> web.Response:
+        header = request.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        who = request.app[TOKENS].identify(given.strip()) if scheme.lower() == "bearer" else None
+        if who is None:
+            return _unauthorized()
+        access, by = who
+        if access != "write":
+            return _forbidden()
+        return await handler(request, by)
+
+    return write_list
+
+
 async def healthz(request: web.Request) -> web.Response:
     """Liveness: the process serves HTTP."""
     return json_reply({"status": "ok"})
@@ -269,17 +294,24 @@ def setup_routes(app: web.Application) -> None:
     counted and timed (see observe.py); then, for any other method on those paths, a 405
     with Allow, and for any other path a 404 (see `unmatched`)."""
     observer = app[METRICS]
-    for method, path, handler in (
+    routes = (
         ("POST", "/v1/actions", post_action),
         ("GET", "/v1/actions/{idempotency_key}", get_action),
         ("GET", "/v1/cards/{card_id}", get_card),
         ("POST", "/v1/cards/{card_id}/release", decision_handler("release")),
         ("POST", "/v1/cards/{card_id}/confirm", decision_handler("confirm")),
+        ("GET", "/v1/lists", list_reader),
+        ("PUT", "/v1/lists/{kind}/{entity_id}", list_writer(put_entry)),
+        ("DELETE", "/v1/lists/{kind}/{entity_id}", list_writer(delete_entry)),
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),
         ("GET", "/metrics", metrics),
         ("GET", "/openapi.json", openapi),
-    ):
+    )
+    allowed: dict[str, list[str]] = {}
+    for method, path, handler in routes:
         app.router.add_route(method, path, observed(observer, path, method, handler))
-        app.router.add_route(hdrs.METH_ANY, path, unmatched(observer, method))
+        allowed.setdefault(path, []).append(method)
+    for path, methods in allowed.items():  # after each path's last method (aiohttp's order)
+        app.router.add_route(hdrs.METH_ANY, path, unmatched(observer, ", ".join(methods)))
     app.router.add_route(hdrs.METH_ANY, r"/{path:[\s\S]*}", unmatched(observer, None))

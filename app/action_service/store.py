@@ -247,7 +247,13 @@ def render_record(record: dict[str, str], expires_in_ms: int) -> dict[str, Any]:
         "decided_at_ms": int(record["decided_at_ms"]),
         "expires_in_ms": max(expires_in_ms, 0),
         "explanation": _explanation(record.get("explanation")),
+        **_decider(record),
     }
+
+
+def _decider(stored: dict[str, str]) -> dict[str, Any]:
+    """decided_by and rule as stored (an effect applied before lists existed: the model)."""
+    return {"decided_by": stored.get("decided_by") or "model", "rule": stored.get("rule") or None}
 
 
 def _explanation(stored: str | None) -> list[dict[str, Any]] | None:
@@ -268,6 +274,8 @@ def render_card(card_id: str, fields: dict[str, str], alerts: list[str],
         "reason": fields.get("reason") if frozen else None,
         "txn_id": fields.get("txn_id") if frozen else None,
         "explanation": _explanation(fields.get("explanation")) if frozen else None,
+        "decided_by": _decider(fields)["decided_by"] if frozen else None,
+        "rule": _decider(fields)["rule"] if frozen else None,
         "released_at_ms": int(fields["released_at_ms"]) if released else None,
         "released_by": fields.get("released_by"),
         "confirmed_fraud": "confirmed_at_ms" in fields,
@@ -299,4 +307,5 @@ def _render_alert(alert: dict[str, str]) -> dict[str, Any]:
         "model_version": alert["model_version"],
         "queued_at_ms": int(alert["queued_at_ms"]),
         "explanation": _explanation(alert.get("explanation")),
+        **_decider(alert),
     }

@@ -18,6 +18,12 @@ from app.transactions.contract import MIN_TS_MS
 MAX_TS_MS: Final = 4_102_444_800_000
 _ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _MODEL_VERSION_RE: Final = re.compile(r"[\x20-\x7e]{1,128}")
+#: Who decided an action: the model's score and policy, or an allow/block list entry that
+#: overrode them (app.scoring.lists).
+DecidedBy = Literal["model", "allow_list", "block_list"]
+DECIDED_BY: Final[tuple[DecidedBy, ...]] = ("model", "allow_list", "block_list")
+#: How an action names the list entry that decided it: "<list>:<kind>:<id>".
+RULE_RE: Final = re.compile(r"(allow|block):(card|merchant):[A-Za-z0-9_.:\-]{1,64}")
 
 ActionErrorCode = Literal[
     "invalid_json",
@@ -44,9 +50,10 @@ class ActionError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Action:
     """One decided action, exactly the actions contract of design.md, plus an optional
-    `explanation` (its top contributing features, app.scoring.explain). The explanation is not
-    part of the action's identity (key, fingerprint): a replay with or without it is the same
-    action."""
+    `explanation` (its top contributing features, app.scoring.explain), who decided it
+    (`decided_by`: the model, or an allow/block list entry named by `rule`). None of these is
+    part of the action's identity (key, fingerprint): a replay with or without them, or decided
+    by a list that changed meanwhile, is the same action."""
 
     idempotency_key: str
     type: ActionType
@@ -57,12 +64,18 @@ class Action:
     model_version: str
     decided_at_ms: int
     explanation: tuple[Contribution, ...] | None = None
+    decided_by: DecidedBy = "model"
+    rule: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict in contract field order (JSON-ready); `explanation` only when present."""
+        """Plain dict in contract field order (JSON-ready), then `decided_by`; `explanation` and
+        `rule` only when present."""
         out = {name: getattr(self, name) for name in FIELDS}
         if self.explanation is not None:
             out["explanation"] = [c.to_dict() for c in self.explanation]
+        out["decided_by"] = self.decided_by
+        if self.rule is not None:
+            out["rule"] = self.rule
         return out
 
     def explanation_json(self) -> str:
@@ -90,12 +103,13 @@ class Action:
         return _validate(obj)
 
 
+#: Optional fields (absent decided_by: the model; an action from before lists had none).
+OPTIONAL_FIELDS: Final = ("explanation", "decided_by", "rule")
 #: The contract's required fields, in order.
-FIELDS: Final = tuple(name for name in Action.__dataclass_fields__ if name != "explanation")
-#: Optional fields.
-OPTIONAL_FIELDS: Final = ("explanation",)
+FIELDS: Final = tuple(name for name in Action.__dataclass_fields__
+                      if name not in OPTIONAL_FIELDS)
 _FIELD_SET: Final = frozenset(FIELDS)
-_FIELD_SET_EXPLAINED: Final = frozenset((*FIELDS, "explanation"))
+_FIELD_SET_ALL: Final = frozenset((*FIELDS, *OPTIONAL_FIELDS))
 
 
 def make_action(
@@ -108,8 +122,13 @@ def make_action(
     model_version: str,
     decided_at_ms: int,
     explanation: tuple[Contribution, ...] | None = None,
+    decided_by: DecidedBy = "model",
+    rule: str | None = None,
 ) -> Action:
     """Build a validated Action, deriving its idempotency key from (type, txn_id)."""
+    extra: dict[str, Any] = {"decided_by": decided_by}
+    if rule is not None:
+        extra["rule"] = rule
     action = _validate(
         {
             "idempotency_key": idempotency_key(action_type, txn_id),
@@ -120,6 +139,7 @@ def make_action(
             "score": score,
             "model_version": model_version,
             "decided_at_ms": decided_at_ms,
+            **extra,
         }
     )
     if explanation is None:
@@ -169,15 +189,14 @@ def _check_fields(obj: Any) -> None:
         if name not in obj:
             raise ActionError("missing_field", name, f"{name}: required field is missing")
     for name in obj:
-        if name not in _FIELD_SET_EXPLAINED:
+        if name not in _FIELD_SET_ALL:
             shown = str(name)[:64]
             raise ActionError("unknown_field", shown, f"{shown}: unknown field")
 
 
 def _validate(obj: Any) -> Action:
     # one set comparison for the usual case; the field-by-field walk only names what is wrong
-    if type(obj) is not dict or (obj.keys() != _FIELD_SET
-                                 and obj.keys() != _FIELD_SET_EXPLAINED):
+    if type(obj) is not dict or not _FIELD_SET <= obj.keys() <= _FIELD_SET_ALL:
         _check_fields(obj)
     action_type = obj["type"]
     if type(action_type) is not str:
@@ -216,7 +235,28 @@ def _validate(obj: Any) -> Action:
             explanation = parse_explanation(obj["explanation"])
         except ExplanationError as exc:
             raise ActionError("bad_format", "explanation", f"explanation: {exc}") from None
+    decided_by, rule = _decided_by(obj)
     return Action(
         key, action_type, card_id, txn_id, ts_ms, float(score), model_version, decided_at_ms,
-        explanation,
+        explanation, decided_by, rule,
     )
+
+
+def _decided_by(obj: dict[str, Any]) -> tuple[DecidedBy, str | None]:
+    """decided_by (default model) and rule: a rule names the list entry, so exactly the
+    actions decided by a list carry one."""
+    decided_by = obj.get("decided_by", "model")
+    if decided_by not in DECIDED_BY:
+        raise ActionError("bad_format", "decided_by",
+                          f"decided_by: must be one of {', '.join(DECIDED_BY)}")
+    rule = obj.get("rule")
+    if decided_by == "model":
+        if rule is not None:
+            raise ActionError("bad_format", "rule", "rule: only for actions decided by a list")
+        return "model", None
+    if type(rule) is not str or not RULE_RE.fullmatch(rule):
+        raise ActionError("bad_format", "rule", "rule: required with decided_by "
+                          f"{decided_by}: '<allow|block>:<card|merchant>:<id>'")
+    if not rule.startswith(decided_by.split("_", 1)[0] + ":"):
+        raise ActionError("bad_format", "rule", f"rule: {decided_by} needs a rule of its list")
+    return decided_by, rule

@@ -19,6 +19,9 @@ COMMANDS: dict[str, str] = {
     "generate": "app.cli.generate:generate",
     "replay": "app.cli.replay:replay",
     "labels": "app.cli.labels:labels",
+    "lists": "app.cli.lists:lists",
+    "backtest": "app.cli.backtest:backtest",
+    "quality": "app.cli.quality:quality",
     "worker": "app.cli.worker:worker",
     "demo": "app.cli.demo:demo",
     "features": "app.cli.features:features",
@@ -35,7 +38,7 @@ COMMANDS: dict[str, str] = {
 
 
 #: Long-running commands: their logs are for operators and keep every library's warnings.
-SERVICES: frozenset[str] = frozenset({"worker", "dispatcher", "action-service"})
+SERVICES: frozenset[str] = frozenset({"worker", "dispatcher", "action-service", "quality"})
 
 
 class LazyGroup(click.Group):

@@ -21,6 +21,9 @@ BUDGET_WINDOW_S = 60.0
                    "http://127.0.0.1:FRAUDSTREAM_WEB_PORT].")
 @click.option("--action-service", "service", default=None, metavar="URL",
               help="The action service [default: FRAUDSTREAM_ACTION_SERVICE_URL].")
+@click.option("--quality", "quality", default=None, metavar="URL",
+              help="`fraudstream quality` (precision, recall) [default: "
+                   "http://127.0.0.1:FRAUDSTREAM_QUALITY_PORT].")
 @click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
               help="Seconds between refreshes.")
 @click.option("--demo", "from_demo", is_flag=True,
@@ -29,8 +32,8 @@ BUDGET_WINDOW_S = 60.0
               help="Print one screen (after two readings, for rates) and exit.")
 @click.option("--duration", type=click.FloatRange(min=0), default=None,
               help="Stop after this many seconds [default: until Ctrl-C].")
-def watch(workers: tuple[str, ...], service: str | None, interval: float, from_demo: bool,
-          once: bool, duration: float | None) -> None:
+def watch(workers: tuple[str, ...], service: str | None, quality: str | None, interval: float,
+          from_demo: bool, once: bool, duration: float | None) -> None:
     """Events/s in and out, lag per partition, p50/p99 per hop, DLQ, late, effects, model.
 
     Lag is the consumer group FRAUDSTREAM_APP_ID on the transactions topic (with
@@ -48,11 +51,12 @@ def watch(workers: tuple[str, ...], service: str | None, interval: float, from_d
         workers, service = (run.worker_url,), run.service_url
     urls = list(workers) or [f"http://127.0.0.1:{settings.web_port}"]
     asyncio.run(_watch(settings, urls, service or settings.action_service_url,
-                       interval=interval, once=once, duration=duration))
+                       interval=interval, once=once, duration=duration,
+                       quality=quality or f"http://127.0.0.1:{settings.quality_port}"))
 
 
 async def _watch(settings: Settings, workers: list[str], service: str, *, interval: float,
-                 once: bool, duration: float | None) -> None:
+                 once: bool, duration: float | None, quality: str | None = None) -> None:
     from rich.live import Live
 
     from app.watch.frame import build_frame
@@ -64,7 +68,7 @@ async def _watch(settings: Settings, workers: list[str], service: str, *, interv
     loop = asyncio.get_running_loop()
     stop_at = None if duration is None else loop.time() + duration
     budget_s = settings.latency_budget_ms / 1000
-    async with open_sources(settings, workers, service) as sources:
+    async with open_sources(settings, workers, service, quality) as sources:
         before = await sources.read()
         # readings of the last minute: the latency budget is shown over that window
         minute: deque[Reading] = deque([before])

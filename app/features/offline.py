@@ -42,10 +42,17 @@ Source = str | Path | Iterable[bytes]
 Progress = Callable[[int], None]
 
 
-def feature_schema() -> pa.Schema:
-    """txn_id, card_id, ts_ms, then every feature with its declared dtype."""
+#: Transaction fields a pass may carry after the features (for the backtest: lists match the
+#: merchant, the fraud caught is counted in money).
+EXTRA_COLUMNS: Final = {"merchant_id": pa.string(), "amount_minor": pa.int64()}
+
+
+def feature_schema(extra: tuple[str, ...] = ()) -> pa.Schema:
+    """txn_id, card_id, ts_ms, then every feature with its declared dtype, then `extra`
+    transaction fields (names of EXTRA_COLUMNS)."""
     return pa.schema(
-        [*KEY_COLUMNS, *((name, _ARROW_TYPES[FEATURE_DTYPES[name]]) for name in FEATURE_NAMES)]
+        [*KEY_COLUMNS, *((name, _ARROW_TYPES[FEATURE_DTYPES[name]]) for name in FEATURE_NAMES),
+         *((name, EXTRA_COLUMNS[name]) for name in extra)]
     )
 
 
@@ -83,11 +90,12 @@ class FeaturePass:
 
     def __init__(self, source: Source, *, allowed_lateness_ms: int, now_ms: int,
                  max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
-                 batch_rows: int = BATCH_ROWS) -> None:
+                 batch_rows: int = BATCH_ROWS, extra: tuple[str, ...] = ()) -> None:
         self.reader = LogReader(source, now_ms=now_ms, max_bytes=max_bytes, batch_rows=batch_rows)
         self._fold = kernel.Fold(allowed_lateness_ms=allowed_lateness_ms)
         self._progress = progress
-        self.schema = feature_schema()
+        self.schema = feature_schema(extra)
+        self._extra = extra
         self.accepted = self.late = self.redelivered = 0
         self.late_txn_ids: set[str] = set()
 
@@ -127,6 +135,7 @@ class FeaturePass:
         arrays = [keys.column("txn_id").combine_chunks(), keys.column("card_id").combine_chunks(),
                   keys.column("ts_ms").combine_chunks()]
         arrays += [pa.array(col) for col in derive_columns(prims, np.asarray(amounts))]
+        arrays += [keys.column(name).combine_chunks() for name in self._extra]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def result(self, batches: Iterable[pa.RecordBatch] = ()) -> OfflineResult:
@@ -181,8 +190,10 @@ def compute_features(
     now_ms: int,
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: Progress | None = None,
+    extra: tuple[str, ...] = (),
 ) -> OfflineResult:
-    """Every accepted transaction's features, in log order, with the stream's rules.
+    """Every accepted transaction's features, in log order, with the stream's rules (and the
+    `extra` transaction fields after them).
 
     `source` is a log file path (.parquet read by column: the fast path; .jsonl by line) or
     raw messages. Per card, log order must equal the card's partition order (topics are keyed
@@ -192,12 +203,14 @@ def compute_features(
     if not kernel.available():  # pragma: no cover - only where the extension is not built
         from app.features.reference import reference_features
 
+        if extra:
+            raise RuntimeError("extra columns need the compiled fold (pip install -e .)")
         log.warning("app.features._fold is not built: using the slow reference evaluator")
         lines = read_log(source) if isinstance(source, str | Path) else source
         return reference_features(lines, allowed_lateness_ms=allowed_lateness_ms,
                                   now_ms=now_ms, max_bytes=max_bytes)
     run = FeaturePass(source, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
-                      max_bytes=max_bytes, progress=progress)
+                      max_bytes=max_bytes, progress=progress, extra=extra)
     return run.result(list(run))
 
 

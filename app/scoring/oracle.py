@@ -24,7 +24,8 @@ from app.actions.explanation import Contribution
 from app.features.declaration import FEATURE_NAMES
 from app.features.offline import OfflineResult, compute_features
 from app.scoring.explain import explainer_for
-from app.scoring.policy import Thresholds, build_actions, decide, near_threshold
+from app.scoring.lists import EMPTY, ListEntry, Lists
+from app.scoring.policy import BOUNDARY_EPS, Thresholds, build_actions, decide
 from app.scoring.registry import LoadedModel, ModelRegistry
 from app.scoring.scorer import features_matrix
 from app.transactions.contract import DEFAULT_MAX_BYTES
@@ -95,26 +96,57 @@ def run_oracle(
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: Callable[[int], None] | None = None,
     explain: bool = True,
+    lists: Lists = EMPTY,
+    extra: tuple[str, ...] = (),
 ) -> OracleRun:
-    """Features → scores → policy over a log (raw messages or a log file), in log order; with
-    `explain`, each action carries its explanation, computed as the worker computes it."""
+    """Features → scores → policy and allow/block `lists` over a log (raw messages or a log
+    file), in log order; with `explain`, each action carries its explanation, computed as the
+    worker computes it. `extra` transaction fields are kept in the offline table."""
     loaded = model if isinstance(model, LoadedModel) else model.load(version)
     policy = loaded.thresholds if thresholds is None else thresholds
+    if lists.entries and "merchant_id" not in extra:
+        extra = (*extra, "merchant_id")
     offline = compute_features(lines, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
-                               max_bytes=max_bytes, progress=progress)
+                               max_bytes=max_bytes, progress=progress, extra=extra)
     scores = score_table(loaded, offline)
+    actions, boundary = decide_rows(loaded, offline, scores, policy, lists=lists,
+                                    explain=explain)
+    return OracleRun(actions, loaded.version, policy, offline, scores, boundary)
+
+
+def decide_rows(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
+                policy: Thresholds, *, lists: Lists = EMPTY, explain: bool = True
+                ) -> tuple[list[Action], frozenset[str]]:
+    """The actions of scored rows under `policy` and `lists` (as the worker builds them), and
+    the txn_ids of boundary decisions. Lists need the table's merchant_id column."""
     table = offline.table
     actions: list[Action] = []
-    boundary: set[str] = set()
-    rows = zip(table.column("txn_id").to_pylist(), table.column("card_id").to_pylist(),
-               table.column("ts_ms").to_pylist(), scores.tolist(), strict=True)
-    explanations = _explanations(loaded, offline, scores, policy) if explain else {}
-    for i, (txn_id, card_id, ts_ms, score) in enumerate(rows):
-        if near_threshold(score, policy):
-            boundary.add(txn_id)
-        actions.extend(build_actions(_Txn(txn_id, card_id, ts_ms), score, loaded.version, ts_ms,
-                                     thresholds=policy, explanation=explanations.get(i)))
-    return OracleRun(actions, loaded.version, policy, offline, scores, frozenset(boundary))
+    # Only rows the policy acts on (score >= alert) or a list names can yield an action: the
+    # others are skipped in numpy, not one by one (decide() gives them nothing; NaN too).
+    wide = scores.astype(np.float64)
+    picked = wide >= policy.alert
+    entries: dict[int, ListEntry] = {}
+    if lists.entries:
+        merchants = table.column("merchant_id").to_pylist()
+        for i, (card_id, merchant_id) in enumerate(zip(table.column("card_id").to_pylist(),
+                                                       merchants, strict=True)):
+            entry = lists.match(card_id, merchant_id)
+            if entry is not None:
+                entries[i] = entry
+                picked[i] = True
+    near = (np.abs(wide - policy.freeze) <= BOUNDARY_EPS) | (
+        np.abs(wide - policy.alert) <= BOUNDARY_EPS)
+    boundary = frozenset(table.column("txn_id").take(np.flatnonzero(near)).to_pylist())
+    rows = np.flatnonzero(picked)
+    ids, cards, times = (table.column(n).take(rows).to_pylist()
+                         for n in ("txn_id", "card_id", "ts_ms"))
+    explanations = _explanations(model, offline, scores, policy) if explain else {}
+    for i, txn_id, card_id, ts_ms, score in zip(rows.tolist(), ids, cards, times,
+                                                wide[rows].tolist(), strict=True):
+        actions.extend(build_actions(_Txn(txn_id, card_id, ts_ms), score, model.version, ts_ms,
+                                     thresholds=policy, explanation=explanations.get(i),
+                                     entry=entries.get(i)))
+    return actions, boundary
 
 
 def _explanations(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,

@@ -19,6 +19,7 @@ from typing import Final, Protocol
 
 from app.actions import Action, ActionType, make_action
 from app.actions.explanation import Contribution
+from app.scoring.lists import ListEntry, rule
 
 #: Scores closer than this to a threshold may decide differently on another execution provider.
 BOUNDARY_EPS: Final = 1e-5
@@ -91,14 +92,18 @@ def build_actions(
     *,
     thresholds: Thresholds,
     explanation: tuple[Contribution, ...] | None = None,
+    entry: ListEntry | None = None,
 ) -> list[Action]:
-    """The actions for one scored transaction, keys from app.actions (type and txn_id only);
-    each carries `explanation` when given."""
+    """The actions for one scored transaction, keys from app.actions (type and txn_id only),
+    after the transaction's allow/block list `entry` (app.scoring.lists.rule); each carries
+    who decided it, and `explanation` when given."""
     value = float(score)
+    ruling = rule(decide(value, thresholds), entry)
     actions = [
         make_action(kind, card_id=txn.card_id, txn_id=txn.txn_id, ts_ms=txn.ts_ms, score=value,
-                    model_version=model_version, decided_at_ms=decided_at_ms)
-        for kind in decide(value, thresholds)
+                    model_version=model_version, decided_at_ms=decided_at_ms,
+                    decided_by=ruling.decided_by, rule=ruling.rule)
+        for kind in ruling.types
     ]
     if explanation is None:
         return actions

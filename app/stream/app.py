@@ -28,6 +28,7 @@ from app.stream.consumer import broker_url, check_faust_version
 from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
+from app.stream.listfeed import follow_lists, wait_ready
 from app.stream.pipeline import TransactionPipeline
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
@@ -151,6 +152,15 @@ def create_app(
     async def follow_models() -> None:  # pragma: no cover - end to end
         await follow_activations(settings, control_offset, activation_handler(load_model, stage.offer))
 
+    lists_read = asyncio.Event()
+
+    @app.task
+    async def follow_allow_block_lists() -> None:  # pragma: no cover - end to end
+        def install(lists: Any) -> None:
+            stage.lists = lists
+
+        await follow_lists(settings, install, lists_read)
+
     source_name = settings.topic(topics.TRANSACTIONS)
     app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent
     app.fraudstream_chunk_topics = frozenset({*chunk_topics, source_name})
@@ -201,6 +211,7 @@ def create_app(
                 log.warning("partitions still without a leader: %s", ", ".join(leaderless))
         except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
             log.warning("output topics' metadata not fetched ahead (%r)", exc)
+        await wait_ready(lists_read)  # no transaction is decided without the lists
         await engine.run()
 
     return fraud

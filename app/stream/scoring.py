@@ -11,6 +11,7 @@ from app.actions.explanation import Contribution
 from app.kafka import topics
 from app.kafka.records import H_SOURCE_APPENDED_MS, OutRecord
 from app.scoring.explain import Explainer, explainer_for
+from app.scoring.lists import EMPTY, Lists
 from app.scoring.policy import Thresholds, build_actions, decide
 from app.scoring.registry import LoadedModel
 from app.scoring.scorer import features_matrix
@@ -28,6 +29,8 @@ class ScoringStage:
         self.settings = settings
         self.clock_ms = clock_ms
         self._pending: LoadedModel | None = None
+        #: The allow/block lists, replaced whole by app.stream.listfeed (read once per batch).
+        self.lists: Lists = EMPTY
         self.model = model
         self._install(model)
 
@@ -70,13 +73,16 @@ class ScoringStage:
         scores = model.scorer.score(matrix)
         decided_at = self.clock_ms()
         explanations = self._explain(scored, matrix, scores)
+        lists = self.lists
         out: list[OutRecord] = []
         for i, (item, raw) in enumerate(zip(scored, scores, strict=True)):
             score = float(raw)
             out.append(served_record(item, score=score, model_version=model.version))
             actions = build_actions(item.txn, score, model.version, decided_at,
                                     thresholds=self.thresholds,
-                                    explanation=explanations.get(i))
+                                    explanation=explanations.get(i),
+                                    entry=lists.match(item.txn.card_id, item.txn.merchant_id)
+                                    if lists.entries else None)
             if not actions:
                 continue
             # when the transaction reached Kafka, for the event → effect latency at dispatch

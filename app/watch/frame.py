@@ -40,6 +40,8 @@ class Reading:
     service_up: bool
     offsets: Mapping[int, PartitionOffsets]  # transactions topic, by partition
     kafka_error: str | None = None
+    quality: Samples = field(default_factory=Samples)  # `fraudstream quality`'s page
+    quality_up: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,33 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class QualityRow:
+    """Live quality over every day kept (app.quality): all labels so far, and at 7 days."""
+
+    precision: float | None
+    recall: float | None
+    precision_7d: float | None
+    recall_7d: float | None
+    freezes: int
+    fraud: int
+
+
+def quality_of(s: Samples) -> QualityRow | None:
+    """The day=all figures of `fraudstream quality`'s page (None: no page)."""
+    if not s.has("fraudstream_quality_labels"):
+        return None
+
+    def get(name: str, maturity: str) -> float | None:
+        found = s.get(f"fraudstream_quality_{name}").get(
+            (("day", "all"), ("maturity", maturity)))
+        return found
+
+    return QualityRow(get("precision", "all"), get("recall", "all"), get("precision", "7d"),
+                      get("recall", "7d"), int(get("freezes", "all") or 0),
+                      int(get("fraud", "all") or 0))
+
+
+@dataclass(frozen=True, slots=True)
 class Frame:
     """What one refresh shows."""
 
@@ -93,6 +122,7 @@ class Frame:
     service_up: bool
     budget: Budget | None = None
     problems: list[str] = field(default_factory=list)
+    quality: QualityRow | None = None
 
     @property
     def lag_messages(self) -> int:
@@ -158,7 +188,7 @@ def build_frame(now: Reading, before: Reading | None, *, group: str,
         models=list(dict.fromkeys(models)),
         workers_up=now.workers_up, workers_total=now.workers_total,
         service_up=now.service_up, budget=budget_of(now, minute_ago, budget_s),
-        problems=problems,
+        problems=problems, quality=quality_of(now.quality) if now.quality_up else None,
     )
 
 

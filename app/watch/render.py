@@ -34,6 +34,20 @@ def _budget(frame: Frame) -> Text:
                 style="green" if b.met else "red")
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _quality(frame: Frame) -> Text:
+    q = frame.quality
+    if q is None:
+        return Text("quality: `fraudstream quality` not answering (precision and recall need it)",
+                    style="dim")
+    return Text(f"quality (labels so far): precision of freezes {_ratio(q.precision)} · recall "
+                f"of fraud {_ratio(q.recall)} · labels within 7 d: {_ratio(q.precision_7d)} / "
+                f"{_ratio(q.recall_7d)} · {q.freezes:,} freezes, {q.fraud:,} fraud")
+
+
 def render(frame: Frame, *, title: str) -> RenderableType:
     """The whole screen for one refresh."""
     stats = (f"in {_rate(frame.in_per_s)}   out {_rate(frame.out_per_s)}   "
@@ -68,4 +82,4 @@ def render(frame: Frame, *, title: str) -> RenderableType:
     body = Table.grid(padding=(0, 3))
     body.add_row(parts, hops)
     problems = [Text(f"! {p}", style="yellow") for p in frame.problems]
-    return Group(*head, outcomes, body, *problems)
+    return Group(*head, outcomes, _quality(frame), body, *problems)

@@ -18,8 +18,9 @@ class Sources:
     """Open HTTP and Kafka clients for the lifetime of one `watch`."""
 
     def __init__(self, settings: Settings, workers: Sequence[str], service: str | None,
-                 *, timeout_s: float = 2.0) -> None:
+                 *, timeout_s: float = 2.0, quality: str | None = None) -> None:
         self.settings = settings
+        self.quality = quality
         self.workers = list(workers)
         self.service = service
         self.timeout_s = timeout_s
@@ -62,6 +63,7 @@ class Sources:
         at = time.monotonic()
         pages = await asyncio.gather(*(self._page(w) for w in self.workers))
         service_page = await self._page(self.service) if self.service else None
+        quality_page = await self._page(self.quality) if self.quality else None
         kafka_error = None
         try:
             offsets = await asyncio.wait_for(self.offsets(), self.timeout_s * 2)
@@ -72,17 +74,19 @@ class Sources:
                        workers_total=len(self.workers),
                        service=parse([service_page] if service_page else []),
                        service_up=service_page is not None, offsets=offsets,
-                       kafka_error=kafka_error)
+                       kafka_error=kafka_error,
+                       quality=parse([quality_page] if quality_page else []),
+                       quality_up=quality_page is not None)
 
 
 @asynccontextmanager
 async def open_sources(settings: Settings, workers: Sequence[str],
-                       service: str | None) -> AsyncIterator[Sources]:
+                       service: str | None, quality: str | None = None) -> AsyncIterator[Sources]:
     """Sources with their clients started; everything closed on exit."""
     import aiohttp
     from aiokafka import AIOKafkaConsumer
 
-    sources = Sources(settings, workers, service)
+    sources = Sources(settings, workers, service, quality=quality)
     async with AsyncExitStack() as stack:
         sources._http = await stack.enter_async_context(aiohttp.ClientSession(  # noqa: SLF001
             timeout=aiohttp.ClientTimeout(total=sources.timeout_s)))

@@ -168,6 +168,8 @@ async def test_unknown_card_is_active_without_alerts(client, auth):
         "reason": None,
         "txn_id": None,
         "explanation": None,
+        "decided_by": None,
+        "rule": None,
         "released_at_ms": None,
         "released_by": None,
         "confirmed_fraud": False,

@@ -209,3 +209,37 @@ async def test_the_explanation_is_stored_with_the_effect(named_client, redis, ne
     response = await named_client.post("/v1/actions", data=orjson.dumps(bad),
                                        headers=_h(bad["idempotency_key"]))
     assert response.status == 422 and (await response.json())["field"] == "explanation"
+
+
+async def test_who_decided_is_stored_with_the_effect(named_client, redis, new_action):
+    from app.actions import make_action
+
+    plain = new_action("freeze_card", "txn-b", "card-b")
+    blocked = make_action("freeze_card", card_id="card-b", txn_id="txn-b", ts_ms=plain.ts_ms,
+                          score=0.01, model_version="m-1", decided_at_ms=plain.decided_at_ms,
+                          decided_by="block_list", rule="block:card:card-b")
+    assert await _freeze(named_client, blocked) == 201
+    # the same transaction decided by the model after the entry was removed: a replay
+    assert await _freeze(named_client, plain) == 200
+    record = await (await named_client.get(f"/v1/actions/{blocked.idempotency_key}",
+                                           headers=_h(None, READ))).json()
+    assert (record["decided_by"], record["rule"]) == ("block_list", "block:card:card-b")
+    card = await (await named_client.get("/v1/cards/card-b", headers=_h(None, READ))).json()
+    assert (card["decided_by"], card["rule"]) == ("block_list", "block:card:card-b")
+    assert card["history"][-1]["by"] == "block_list block:card:card-b"
+    assert card["reason"].startswith("freeze_card by block_list block:card:card-b")
+    allowed = make_action("alert_customer", card_id="card-b", txn_id="txn-a", ts_ms=plain.ts_ms,
+                          score=0.99, model_version="m-1", decided_at_ms=plain.decided_at_ms,
+                          decided_by="allow_list", rule="allow:merchant:m-7")
+    assert await _freeze(named_client, allowed) == 201
+    card = await (await named_client.get("/v1/cards/card-b", headers=_h(None, READ))).json()
+    assert (card["alerts"][0]["decided_by"], card["alerts"][0]["rule"]) == (
+        "allow_list", "allow:merchant:m-7")
+    # a decider without its rule is a 422 naming the field, and writes nothing
+    bad = orjson.loads(new_action("freeze_card", "txn-c", "card-c").to_json())
+    bad["decided_by"] = "block_list"
+    response = await named_client.post("/v1/actions", data=orjson.dumps(bad),
+                                       headers=_h(bad["idempotency_key"]))
+    assert response.status == 422 and (await response.json())["field"] == "rule"
+    card = await (await named_client.get("/v1/cards/card-c", headers=_h(None, READ))).json()
+    assert card["status"] == "active"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -19,8 +20,10 @@ from tests.support.pipeline import (
     with_own_service,
 )
 from tests.support.procs import (
+    Spawned,
     free_port,
     http_ready,
+    settings_env,
     spawn_action_service,
     spawn_worker,
     wait_until,
@@ -45,6 +48,9 @@ def test_the_dashboard_queries_only_exported_metrics(fresh_settings: Settings,
     service = spawn_action_service(settings, tmp_path, port=port)
     # as docker-compose.yml runs it: Prometheus scrapes --metrics-listen
     worker = spawn_worker(settings, tmp_path, args=["--metrics-listen", f"127.0.0.1:{listen}"])
+    quality_port = free_port()
+    quality = Spawned([sys.executable, "-m", "app.cli.main", "quality", "--port",
+                       str(quality_port)], settings_env(settings), tmp_path / "quality.log")
     try:
         wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
                    what="the action service")
@@ -58,19 +64,23 @@ def test_the_dashboard_queries_only_exported_metrics(fresh_settings: Settings,
         web_page = _page(f"http://127.0.0.1:{worker.port}/metrics")
         listen_page = _page(f"http://127.0.0.1:{listen}/metrics")
         service_page = _page(f"{settings.action_service_url}/metrics")
+        wait_until(lambda: http_ready(f"http://127.0.0.1:{quality_port}/metrics"), timeout_s=60,
+                   what="the quality page")
+        quality_page = _page(f"http://127.0.0.1:{quality_port}/metrics")
     finally:
+        quality.stop(timeout_s=30)
         worker.stop(timeout_s=30)
         service.stop(timeout_s=30)
 
     queried = dash.queried_names(dash.load())
     ours = {n for n in queried if n.startswith(("fraudstream_", "action_service_"))}
     assert len(ours) >= 8, queried
-    assert dash.missing(queried, [web_page, service_page]) == set()
+    assert dash.missing(queried, [web_page, service_page, quality_page]) == set()
     assert {n for n in queried if n.startswith("kafka_")} <= dash.KAFKA_EXPORTER
     # the scraped listener serves the same families as the web port's /metrics
-    assert dash.exported_names([listen_page]) >= {n for n in ours
-                                                  if not n.startswith("action_service_")}
-    assert dash.missing(queried, [listen_page, service_page]) == set()
+    assert dash.exported_names([listen_page]) >= {
+        n for n in ours if not n.startswith(("action_service_", "fraudstream_quality_"))}
+    assert dash.missing(queried, [listen_page, service_page, quality_page]) == set()
     # and they carry data after a run: the panels would not be empty
     for name in ("fraudstream_scored_total", "fraudstream_hop_seconds_bucket",
                  "fraudstream_scorer_provider_info", "fraudstream_dlq_messages_total",

@@ -94,6 +94,8 @@ def test_card_view_of_an_unknown_card():
         "reason": None,
         "txn_id": None,
         "explanation": None,
+        "decided_by": None,
+        "rule": None,
         "released_at_ms": None,
         "released_by": None,
         "confirmed_fraud": False,

@@ -49,11 +49,12 @@ def test_pack_call_lays_out_seven_keys_per_action_then_args():
     assert keys == [*action_keys(a.idempotency_key, "c-a"), claim_key(a.idempotency_key),
                     *action_keys(b.idempotency_key, "c-b"), claim_key(b.idempotency_key)]
     assert args[:5] == ["86400000", "82800000", "3600000", "100", "90000000"]
-    assert len(args) == 5 + 2 * 11
-    assert args[5] == a.idempotency_key and args[16] == b.idempotency_key
+    assert len(args) == 5 + 2 * 13
+    assert args[5] == a.idempotency_key and args[18] == b.idempotency_key
     assert args[7:11] == ["freeze_card", "c-a", "txn-1", "1718000000000"]
     assert args[14] == "freeze_card by model m-1 (score 0.9)"
     assert args[15] == ""  # no explanation
+    assert args[16:18] == ["model", ""]  # decided by the model, no list rule
 
 
 def test_parse_reply_gives_one_result_per_action():

@@ -46,7 +46,7 @@ def test_round_trip_is_lossless_and_canonical():
     action = Action.from_json(orjson.dumps(_valid()))
     assert action.score == 0.97
     assert Action.from_json(action.to_json()) == action
-    assert list(orjson.loads(action.to_json())) == list(FIELDS)
+    assert list(orjson.loads(action.to_json())) == [*FIELDS, "decided_by"]
 
 
 def test_integer_score_is_accepted_as_float():
@@ -171,3 +171,23 @@ def test_any_valid_action_round_trips(action_type, card_id, txn_id, ts_ms, score
         decided_at_ms=ts_ms,
     )
     assert Action.from_json(action.to_json()) == action
+
+
+def test_decided_by_defaults_to_the_model_and_a_rule_comes_with_a_list():
+    assert Action.from_dict(_valid()).decided_by == "model"
+    blocked = Action.from_dict(_valid(decided_by="block_list", rule="block:card:c1"))
+    assert (blocked.decided_by, blocked.rule) == ("block_list", "block:card:c1")
+    assert Action.from_json(blocked.to_json()) == blocked
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    ({"decided_by": "rules"}, "decided_by"),
+    ({"decided_by": "block_list"}, "rule"),
+    ({"decided_by": "model", "rule": "block:card:c1"}, "rule"),
+    ({"decided_by": "allow_list", "rule": "block:card:c1"}, "rule"),
+    ({"decided_by": "block_list", "rule": "block:person:c1"}, "rule"),
+])
+def test_a_wrong_decider_is_refused_naming_the_field(extra, field):
+    with pytest.raises(ActionError) as err:
+        Action.from_dict(_valid(**extra))
+    assert err.value.field == field

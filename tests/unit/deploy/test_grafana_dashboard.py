@@ -107,6 +107,9 @@ def test_scrape_targets_are_the_compose_services(compose: dict) -> None:
     (static,) = jobs["action-service"]["static_configs"]
     service_cmd = services["action-service"]["command"]
     assert static["targets"] == [f"action-service:{service_cmd[service_cmd.index('--port') + 1]}"]
+    (quality,) = jobs["quality"]["static_configs"]
+    quality_cmd = services["quality"]["command"]
+    assert quality["targets"] == [f"quality:{quality_cmd[quality_cmd.index('--port') + 1]}"]
     assert jobs["kafka-exporter"]["static_configs"][0]["targets"] == ["kafka-exporter:9308"]
     assert "kafka-exporter" in services
     # the dashboard's `up{job=...}` names a job that exists
@@ -124,7 +127,23 @@ def _in_process_pages() -> list[str]:
     from app.scoring.metrics import PrometheusScorerMetrics
 
     PrometheusScorerMetrics()
-    return [generate_latest(REGISTRY).decode(), ServiceMetrics().exposition().decode()]
+    return [generate_latest(REGISTRY).decode(), ServiceMetrics().exposition().decode(),
+            _quality_page()]
+
+
+def _quality_page() -> str:
+    """`fraudstream quality`'s registry (its collector over an empty book: every family)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from app.quality.book import QualityBook
+    from app.quality.exporter import QualityCollector
+    from app.quality.feed import QualityFeed
+    from app.settings import load_settings
+
+    collector = QualityCollector(QualityFeed(load_settings({}), QualityBook()))
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return generate_latest(registry).decode()
 
 
 def test_every_queried_metric_is_declared(board: dict) -> None:

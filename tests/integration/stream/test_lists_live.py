@@ -1,0 +1,173 @@
+"""Allow/block lists on the real stack: managed through the action service (4xx naming the field,
+403 for a read-only token, nothing written on a refusal), carried to the worker by the control
+topic, applied to every decision (block freezes, allow downgrades a freeze to an alert and says
+so), exactly as the offline oracle with the same lists decides."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from app.kafka import topics
+from app.scoring.lists import ListEntry, Lists
+from app.scoring.oracle import run_oracle
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
+from tests.support.pipeline import (
+    lines_of,
+    make_log,
+    read,
+    replay,
+    require_compiled_fold,
+    wait_dispatched,
+    wait_drained,
+    with_own_service,
+)
+from tests.support.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+
+pytestmark = pytest.mark.integration
+
+WRITE, READ = "tok-analyst", "tok-viewer"
+
+
+def _call(settings: Settings, method: str, path: str, *, token: str = WRITE,
+          body: Any = None) -> tuple[int, Any]:
+    data = (body if isinstance(body, bytes) else json.dumps(body).encode()
+            ) if body is not None else None
+    request = urllib.request.Request(
+        f"{settings.action_service_url}{path}", data=data, method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _applied(port: int) -> dict[str, float]:
+    """The worker's fraudstream_list_entries gauge, by list."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    return {m[1]: float(m[2]) for m in
+            re.finditer(r'^fraudstream_list_entries\{list="(\w+)"\} (\S+)$', text, re.M)}
+
+
+def test_lists_reach_the_worker_and_decide_as_the_oracle_does(fresh_settings: Settings,
+                                                              tmp_path: Path) -> None:
+    require_compiled_fold()
+    settings = with_own_service(fresh_settings, redis_db=10).replace(
+        action_token=f"alice:{WRITE}", action_read_token=f"viewer:{READ}")
+    log = make_log(cards=300, txns=6000, seed=31)
+    lines = lines_of(log)
+    now_ms = time.time_ns() // 1_000_000
+    registry = ModelRegistry(settings.model_dir, device="cpu")
+    plain = run_oracle(lines, registry, version=settings.model_version, explain=False,
+                       allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms,
+                       extra=("merchant_id",))
+    frozen_cards = list(dict.fromkeys(a.card_id for a in plain.actions
+                                      if a.type == "freeze_card"))
+    assert len(frozen_cards) >= 2, "the demo model froze too few cards in this log"
+    acted = {a.card_id for a in plain.actions}
+    quiet = next(c for c in plain.offline.table.column("card_id").to_pylist() if c not in acted)
+    allowed_card = frozen_cards[0]
+    # the merchant of another frozen card's first freeze: allowed for every card there
+    table = plain.offline.table
+    first_freeze = next(a for a in plain.actions if a.type == "freeze_card"
+                        and a.card_id == frozen_cards[1])
+    row = table.column("txn_id").to_pylist().index(first_freeze.txn_id)
+    allowed_merchant = table.column("merchant_id")[row].as_py()
+
+    service = spawn_action_service(settings, tmp_path)
+    worker = spawn_worker(settings, tmp_path)
+    try:
+        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
+                   what="the action service")
+        # refusals name the field and write nothing
+        refused = [
+            _call(settings, "PUT", f"/v1/lists/card/{quiet}", token=READ,
+                  body={"list": "block", "reason": "mule"}),
+            _call(settings, "PUT", f"/v1/lists/person/{quiet}",
+                  body={"list": "block", "reason": "mule"}),
+            _call(settings, "PUT", f"/v1/lists/card/{quiet}", body={"list": "grey",
+                                                                     "reason": "mule"}),
+            _call(settings, "PUT", f"/v1/lists/card/{quiet}", body={"list": "block"}),
+            _call(settings, "PUT", f"/v1/lists/card/{quiet}",
+                  body={"list": "block", "reason": "mule", "until": 1}),
+            _call(settings, "PUT", f"/v1/lists/card/{quiet}", body=b"{"),
+            _call(settings, "DELETE", f"/v1/lists/card/{quiet}", token=READ),
+        ]
+        assert [(status, body["field"]) for status, body in refused] == [
+            (403, "Authorization"), (422, "kind"), (422, "list"), (422, "reason"),
+            (422, "until"), (422, None), (403, "Authorization")]
+        assert _call(settings, "GET", "/v1/lists", token=READ) == (200, {"entries": []})
+
+        puts = [("card", allowed_card, "allow"), ("card", quiet, "block"),
+                ("merchant", allowed_merchant, "allow")]
+        for kind, entity, name in puts:
+            status, entry = _call(settings, "PUT", f"/v1/lists/{kind}/{entity}",
+                                  body={"list": name, "reason": f"test {name}"})
+            assert status == 200 and (entry["list"], entry["by"]) == (name, "alice")
+        status, listed = _call(settings, "GET", "/v1/lists", token=READ)
+        assert status == 200 and len(listed["entries"]) == 3
+        lists = Lists.of(ListEntry.from_json(orjson.dumps(e)) for e in listed["entries"])
+
+        # the worker has them from the control topic before a transaction is sent
+        wait_until(lambda: _applied(worker.port) == {"allow": 2.0, "block": 1.0}, timeout_s=120,
+                   what="the worker to read the lists")
+        sent = replay(settings, lines)
+        wait_drained(settings, [worker], expected=sent)
+        wait_dispatched(settings)
+
+        live: dict[str, dict[str, Any]] = {}
+        for record in read(settings, topics.ACTIONS):
+            action = orjson.loads(record.value)
+            live[action["idempotency_key"]] = action
+        oracle = run_oracle(lines, registry, version=settings.model_version, explain=False,
+                            allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms,
+                            lists=lists)
+        expected = {a.idempotency_key: a for a in oracle.actions}
+        assert set(live) == set(expected)
+        assert all((live[k]["type"], live[k]["decided_by"], live[k].get("rule"))
+                   == (a.type, a.decided_by, a.rule) for k, a in expected.items())
+
+        by_card: dict[str, list[dict[str, Any]]] = {}
+        for action in live.values():
+            by_card.setdefault(action["card_id"], []).append(action)
+        # allow: the model froze this card, the lists made every freeze an alert that says so
+        assert all(a["type"] == "alert_customer" for a in by_card[allowed_card])
+        assert any(a["decided_by"] == "allow_list" and a["rule"] == f"allow:card:{allowed_card}"
+                   for a in by_card[allowed_card])
+        assert not any(a["type"] == "freeze_card" for a in live.values()
+                       if a.get("rule") == f"allow:merchant:{allowed_merchant}")
+        assert any(a.get("rule") == f"allow:merchant:{allowed_merchant}" for a in live.values())
+        # block: the model decided nothing on this card, the list froze it
+        assert {(a["type"], a["decided_by"]) for a in by_card[quiet]} == {
+            ("freeze_card", "block_list"), ("alert_customer", "block_list")}
+        status, card = _call(settings, "GET", f"/v1/cards/{quiet}", token=READ)
+        assert status == 200 and card["status"] == "frozen"
+        assert (card["decided_by"], card["rule"]) == ("block_list", f"block:card:{quiet}")
+        assert card["history"][0]["by"] == f"block_list block:card:{quiet}"
+        status, card = _call(settings, "GET", f"/v1/cards/{allowed_card}", token=READ)
+        assert status == 200 and card["status"] == "active"
+        assert any(a["decided_by"] == "allow_list" for a in card["alerts"])
+
+        # removal: a tombstone the worker follows too
+        status, removed = _call(settings, "DELETE", f"/v1/lists/card/{quiet}")
+        assert (status, removed["removed"]) == (200, True)
+        assert len(_call(settings, "GET", "/v1/lists")[1]["entries"]) == 2
+        wait_until(lambda: _applied(worker.port) == {"allow": 2.0, "block": 0.0}, timeout_s=60,
+                   what="the worker to drop the block entry")
+    finally:
+        worker.stop()
+        service.stop()
