@@ -219,3 +219,13 @@ def activate(model_dir: Path, version: str) -> None:
     asyncio.run(ensure_topics(settings))
     asyncio.run(publish_activation(settings, version))
     click.echo(f"activated {version}: workers switch between batches")
+
+
+def _add_drift_commands() -> None:
+    from app.cli.model_drift import drift, reference
+
+    model.add_command(reference)
+    model.add_command(drift)
+
+
+_add_drift_commands()

@@ -14,6 +14,7 @@ from app.scoring.registry import LoadedModel
 from app.scoring.scorer import features_matrix
 from app.settings import Settings
 from app.stream import metrics, topics
+from app.stream.drift import DriftStage
 from app.stream.pipeline import Scored, served_record
 from app.stream.records import H_SOURCE_APPENDED_MS, OutRecord
 
@@ -28,6 +29,7 @@ class ScoringStage:
         self.clock_ms = clock_ms
         self._pending: LoadedModel | None = None
         self.model = model
+        self.drift = DriftStage(settings)
         self._install(model)
 
     def _install(self, model: LoadedModel) -> None:
@@ -35,6 +37,7 @@ class ScoringStage:
         if previous is not None:
             metrics.SCORER_PROVIDER.labels(previous.scorer.active_provider, previous.version).set(0)
         self._active = model
+        self.drift.install(model)
         self._explainer: Explainer | None = (explainer_for(model) if self.settings.explain
                                              else None)
         self.thresholds: Thresholds = model.thresholds.override(
@@ -67,6 +70,7 @@ class ScoringStage:
         model = self._active
         matrix = features_matrix([s.features for s in scored])
         scores = model.scorer.score(matrix)
+        self.drift.observe(scored, matrix, scores)
         decided_at = self.clock_ms()
         explanations = self._explain(scored, matrix, scores)
         out: list[OutRecord] = []
