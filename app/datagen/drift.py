@@ -71,6 +71,7 @@ def parse_drift_spec(spec: str) -> DriftSpec:
     from app.datagen.config import parse_time_ms
 
     values: dict[str, object] = {}
+    seen: set[str] = set()
     clauses = [c.strip() for c in spec.split(",")]
     if not spec.strip() or any(not c for c in clauses):
         raise _bad(spec, "empty clause")
@@ -79,8 +80,9 @@ def parse_drift_spec(spec: str) -> DriftSpec:
         key, text = key.strip(), text.strip()
         if not eq or not text:
             raise _bad(spec, f"clause {clause!r} is not KEY=VALUE")
-        if key in values:
+        if key in seen:
             raise _bad(spec, f"{key} given twice")
+        seen.add(key)
         if key == "from":
             try:
                 values["from_ms"] = parse_time_ms(text)
