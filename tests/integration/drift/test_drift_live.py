@@ -20,6 +20,7 @@ from app.features.offline import compute_features
 from app.scoring.oracle import score_table
 from app.scoring.registry import ModelRegistry
 from app.settings import Settings
+from app.watch.drift import drift_view
 from app.watch.samples import Samples, parse
 from tests.support.pipeline import lines_of, make_log, replay, require_compiled_fold, wait_drained
 from tests.support.procs import spawn_worker
@@ -112,6 +113,14 @@ def test_drifted_log_crosses_alert_within_an_hour_of_event_time(fresh_settings: 
     over = sorted(name for (name, window), v in psi.items()
                   if window == "1h" and name != "score" and v > alert)
     assert over, psi
+    # `fraudstream watch` recomputes PSI from the pages' counts: the same values, marked alert
+    view = drift_view(samples, min_events=fresh_settings.drift_min_events,
+                      watch=fresh_settings.drift_psi_watch, alert=alert)
+    assert view is not None and view.worst == "alert"
+    shown = {row.series: row for row in view.rows}
+    assert shown["score"].psi["1h"] == psi[("score", "1h")]
+    assert shown["score"].levels["1h"] == "alert"
+    assert {name for name in over} <= {r.series for r in view.rows if r.levels["1h"] == "alert"}
     # the 24 h window has seen one drifted hour in 24: it moves, far less
     assert psi[("score", "24h")] < psi[("score", "1h")]
     assert not math.isnan(psi[("score", "24h")])
