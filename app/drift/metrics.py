@@ -36,12 +36,11 @@ class DriftCollector(Collector):
         thresholds.add_metric(["alert"], self.alert)
         yield thresholds
         monitor = self.monitor
-        if monitor is None:
-            return
         info = GaugeMetricFamily("fraudstream_drift_reference_info",
                                  "The model whose reference drift is counted against (1).",
                                  labels=["model_version"])
-        info.add_metric([monitor.version], 1)
+        if monitor is not None:
+            info.add_metric([monitor.version], 1)
         yield info
         f_count = GaugeMetricFamily(
             "fraudstream_drift_feature_count",
@@ -61,7 +60,9 @@ class DriftCollector(Collector):
             labels=["window"])
         events = GaugeMetricFamily("fraudstream_drift_window_events",
                                    "Served rows of this worker in the window.", labels=["window"])
-        for name in monitor.windows:
+        # every family is declared even without a monitor (no model reference): a dashboard or
+        # rule names only what a worker's page declares
+        for name in (monitor.windows if monitor is not None else ()):
             state = monitor.state(name)
             events.add_metric([name], state.events)
             for series, counts in state.counts.items():
@@ -79,7 +80,7 @@ class DriftCollector(Collector):
                                   labels=["feature", "bin"])
         s_ref = GaugeMetricFamily("fraudstream_drift_score_reference_count",
                                   "Training rows in each reference score bin.", labels=["bin"])
-        for series, bins in monitor.reference.series:
+        for series, bins in (monitor.reference.series if monitor is not None else ()):
             for b, c in enumerate(bins.counts):
                 if series == SCORE:
                     s_ref.add_metric([str(b)], c)
@@ -88,13 +89,11 @@ class DriftCollector(Collector):
         yield from (f_count, s_count, f_psi, s_psi, events, f_ref, s_ref)
 
 
-_COLLECTOR: DriftCollector | None = None
+#: The process's collector (the worker's registry, like app.stream.metrics' metrics).
+DRIFT_COLLECTOR = DriftCollector()
+REGISTRY.register(DRIFT_COLLECTOR)
 
 
 def drift_collector() -> DriftCollector:
-    """The process's collector, registered with the default registry on first use."""
-    global _COLLECTOR
-    if _COLLECTOR is None:
-        _COLLECTOR = DriftCollector()
-        REGISTRY.register(_COLLECTOR)
-    return _COLLECTOR
+    """The process's collector."""
+    return DRIFT_COLLECTOR
