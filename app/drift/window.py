@@ -46,9 +46,13 @@ class SlotWindow:
             slot, cells = slot[keep], cells[keep]
             if len(slot) == 0:
                 return
-        flat = ((slot % self.slots) * self.cells)[:, None] + cells
-        self._ring += np.bincount(flat.ravel(), minlength=self._ring.size).reshape(
-            self._ring.shape)
+        flat = (((slot % self.slots) * self.cells)[:, None] + cells).ravel()
+        ring = self._ring.reshape(-1)  # a view: counts land in the ring
+        if len(flat) * 8 < ring.size:
+            # a small batch (the live case): touch only its cells, not the whole ring
+            np.add.at(ring, flat, 1)
+        else:
+            ring += np.bincount(flat, minlength=ring.size)
 
     def _advance(self, newest: int) -> None:
         head = self._head

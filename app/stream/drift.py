@@ -49,9 +49,9 @@ class DriftStage:
         monitor = self.monitor
         if monitor is None:
             return
-        ts = np.fromiter((s.txn.ts_ms for s in scored), dtype=np.int64, count=len(scored))
-        fresh = np.fromiter((not s.redelivered for s in scored), dtype=bool, count=len(scored))
-        if fresh.all():
+        ts = np.fromiter([s.txn.ts_ms for s in scored], dtype=np.int64, count=len(scored))
+        if not any(s.redelivered for s in scored):
             monitor.observe(matrix, scores, ts)
-        else:
-            monitor.observe(matrix[fresh], scores[fresh], ts[fresh])
+            return
+        fresh = np.fromiter([not s.redelivered for s in scored], dtype=bool, count=len(scored))
+        monitor.observe(matrix[fresh], scores[fresh], ts[fresh])
