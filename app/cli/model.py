@@ -233,10 +233,14 @@ def activate(model_dir: Path, version: str, without_reference: bool) -> None:
 
 
 def _add_drift_commands() -> None:
+    # the drift and shadow commands live in their own modules; the group is this one
     from app.cli.model_drift import drift, reference
+    from app.cli.model_shadow import compare_cmd, shadow
 
     model.add_command(reference)
     model.add_command(drift)
+    model.add_command(shadow)
+    model.add_command(compare_cmd)
 
 
 _add_drift_commands()

@@ -29,6 +29,7 @@ from app.stream.pipeline import TransactionPipeline
 from app.stream.records import OutRecord
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
+from app.stream.shadow import follow_shadow, shadow_handler
 from app.stream.sink import BatchSink
 from app.stream.watchdog import CommitWatchdog
 
@@ -69,6 +70,7 @@ def create_app(
     model: LoadedModel | None = None,
     load_model: Callable[[str], LoadedModel] | None = None,
     control_offset: int = 0,
+    shadow: tuple[LoadedModel | None, int] = (None, 0),
     agents: frozenset[AgentName] = frozenset({"score", "dispatch"}),
 ) -> FraudApp:
     """Build the Faust app with the chosen agents. Nothing connects until a worker starts it."""
@@ -143,10 +145,18 @@ def create_app(
     if model is None or load_model is None:
         raise ValueError("the score agent needs a model and a model loader")
     stage = ScoringStage(model, settings, clock)
+    shadow_model, shadow_offset = shadow  # the shadow set at start, and where to follow from
+    if shadow_model is not None:
+        stage.shadow.offer(shadow_model)
 
     @app.task
     async def follow_models() -> None:  # pragma: no cover - end to end
         await follow_activations(settings, control_offset, activation_handler(load_model, stage.offer))
+
+    @app.task
+    async def follow_shadow_model() -> None:  # pragma: no cover - end to end
+        await follow_shadow(settings, shadow_offset,
+                            shadow_handler(load_model, stage.shadow.offer))
 
     source_name = settings.topic(topics.TRANSACTIONS)
     app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent

@@ -17,6 +17,7 @@ from app.stream import metrics, topics
 from app.stream.drift import DriftStage
 from app.stream.pipeline import Scored, served_record
 from app.stream.records import H_SOURCE_APPENDED_MS, OutRecord
+from app.stream.shadow import ShadowStage
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class ScoringStage:
         self._pending: LoadedModel | None = None
         self.model = model
         self.drift = DriftStage(settings)
+        self.shadow = ShadowStage()
         self._install(model)
 
     def _install(self, model: LoadedModel) -> None:
@@ -90,6 +92,9 @@ class ScoringStage:
                 metrics.ACTIONS_EMITTED.labels(action.type).inc()
                 out.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(), action.to_json(),
                                      headers))
+        # a shadow model, when set: one more model call, rows to features.shadow, no actions
+        out.extend(self.shadow.run(scored, matrix, scores, active_version=model.version,
+                                   active=self.thresholds))
         return out
 
     def _explain(self, scored: Sequence[Scored], matrix: np.ndarray, scores: np.ndarray

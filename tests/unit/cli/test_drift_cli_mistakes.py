@@ -62,6 +62,10 @@ def test_an_unknown_version_names_the_known_ones(tmp_path: Path) -> None:
     assert "not found" in line and "known:" in line
     line = _one_line_error(["model", "activate", "no-such-model"])
     assert "not found" in line
+    line = _one_line_error(["model", "shadow", "no-such-model"])
+    assert "not shadowed" in line and "known:" in line
+    line = _one_line_error(["model", "shadow"])
+    assert "--stop" in line
 
 
 def test_a_malformed_drift_spec_shows_the_expected_form(tmp_path: Path) -> None:
