@@ -1,14 +1,18 @@
-"""What drift counting costs the worker: in-process per batch, and live at the SLO rate.
+"""What drift counting and a shadow model cost the worker: in-process per batch, and live.
 
     .venv/bin/python benchmarks/drift_bench.py [--sizes 1,10,32,128,512] [--rounds 5]
     .venv/bin/python benchmarks/drift_bench.py --live [--rate 1162] [--seconds 20] [--pairs 2]
 
 In-process (always): a generated log's messages go through the worker's own batch path
-(`TransactionPipeline.process` → `ScoringStage.run`, drift off) in batches of each size, and
-separately through `DriftStage.observe` (the drift counting the stage adds) on the same scored
-batches; rounds alternate, the fastest round of each kept. Printed per batch size: µs per event
-of the batch path, of drift counting, and their ratio (the share drift adds to that path; the
-worker also spends CPU in Kafka I/O and Faust, so the share of its whole CPU is smaller).
+(`TransactionPipeline.process` → `ScoringStage.run`) in batches of each size, three ways in
+turn each round: drift off and no shadow (the base), drift on, and a shadow model set (the same
+graph in a second session: one more model call per batch and a features.shadow row per event);
+and `DriftStage.observe` alone on the same scored batches (the counting itself, precise where
+the path's noise is larger than it). Fastest round of each kept. Printed per batch size: µs per
+event of the base path and of counting (with its share of the base), and the paths with drift
+and with a shadow as ratios to the base. The worker also spends CPU in Kafka I/O and Faust
+(591 µs/event at the SLO rate in docs/benchmarks/live-load.md against ~150 here), so the
+share of its whole CPU is smaller still.
 Live (--live): pairs of benchmarks/live_load.py steps at `--rate` ev/s (default: the SLO rate
 of docs/benchmarks/live-load.md), a fresh worker each with FRAUDSTREAM_DRIFT=false then =true;
 printed: worker CPU µs per event of each and the median ratio (on/off), same run.
@@ -52,43 +56,62 @@ def _batches(lines: list[bytes], size: int) -> list[list[SourceMessage]]:
     return [msgs[i:i + size] for i in range(0, len(msgs), size)]
 
 
+def _path(model, settings, lines, size, now, *, drift: bool, shadow=None) -> float:  # noqa: ANN001
+    """Seconds for the whole log through pipeline.process + ScoringStage.run in `size` batches."""
+    pipeline = TransactionPipeline(_Cards(), clock_ms=lambda: now, allowed_lateness_ms=300_000,
+                                   max_message_bytes=8192)
+    stage = ScoringStage(model, settings.replace(drift=drift), lambda: now)
+    if shadow is not None:
+        stage.shadow.offer(shadow)
+    t0 = time.perf_counter()
+    for batch in _batches(lines, size):
+        stage.run(pipeline.process(batch, snapshot=False).scored)
+    if stage.drift.monitor is not None:
+        stage.drift.monitor.flush()  # what is held is counted too
+    return time.perf_counter() - t0
+
+
 def in_process(sizes: list[int], rounds: int, events: int) -> None:
     settings = load_settings()
-    model = ModelRegistry(settings.model_dir, device="cpu").load()
+    registry = ModelRegistry(settings.model_dir, device="cpu")
+    model = registry.load()
+    # the shadow: the same graph under another session (what a candidate costs: one more call)
+    shadow = ModelRegistry(settings.model_dir, device="cpu").load()
     lines = lines_of(make_log(cards=max(events // 20, 10), txns=events, days=3, seed=3))
     now = int(time.time() * 1000)
-    print(f"model {model.version}, {len(lines):,} events; µs per event (fastest of {rounds} "
-          f"rounds)")
-    print(f"{'batch':>6} {'batch path':>11} {'drift':>8} {'drift / path':>13}")
+    print(f"model {model.version}, {len(lines):,} events; µs per event, fastest of {rounds} "
+          f"rounds (variants alternate within a round)")
+    print(f"{'batch':>6} {'path':>8} {'counting':>9} {'ratio':>7} {'+drift':>8} {'ratio':>7} "
+          f"{'+shadow':>8} {'ratio':>7}")
     for size in sizes:
-        best_path, best_drift = float("inf"), float("inf")
+        best = {"base": float("inf"), "drift": float("inf"), "shadow": float("inf"),
+                "count": float("inf")}
         for _ in range(rounds):
+            best["base"] = min(best["base"], _path(model, settings, lines, size, now, drift=False))
+            best["drift"] = min(best["drift"], _path(model, settings, lines, size, now, drift=True))
+            best["shadow"] = min(best["shadow"], _path(model, settings, lines, size, now,
+                                                       drift=False, shadow=shadow))
+            # drift counting alone, on the same scored batches (the stage's own inputs)
             pipeline = TransactionPipeline(_Cards(), clock_ms=lambda: now,
                                            allowed_lateness_ms=300_000, max_message_bytes=8192)
-            stage = ScoringStage(model, settings.replace(drift=False), lambda: now)
-            drift = ScoringStage(model, settings.replace(drift=True), lambda: now).drift
-            scored_batches = []
-            t0 = time.perf_counter()
-            for batch in _batches(lines, size):
-                outcome = pipeline.process(batch, snapshot=False)
-                stage.run(outcome.scored)
-                scored_batches.append(outcome.scored)
-            path = time.perf_counter() - t0
-            # the inputs drift counting gets in the stage: the batch's matrix and scores
+            counter = ScoringStage(model, settings.replace(drift=True), lambda: now).drift
             inputs = []
-            for scored in scored_batches:
+            for batch in _batches(lines, size):
+                scored = pipeline.process(batch, snapshot=False).scored
                 matrix = features_matrix([s.features for s in scored])
                 inputs.append((scored, matrix, model.scorer.score(matrix)))
             t1 = time.perf_counter()
             for scored, matrix, scores in inputs:
-                drift.observe(scored, matrix, scores)
-            assert drift.monitor is not None
-            drift.monitor.flush()  # what is held is counted too
-            counted = time.perf_counter() - t1
-            best_path, best_drift = min(best_path, path), min(best_drift, counted)
+                counter.observe(scored, matrix, scores)
+            assert counter.monitor is not None
+            counter.monitor.flush()
+            best["count"] = min(best["count"], time.perf_counter() - t1)
         per = 1e6 / len(lines)
-        print(f"{size:>6} {best_path * per:>11.1f} {best_drift * per:>8.2f} "
-              f"{best_drift / best_path:>12.2%}")
+        base = best["base"]
+        print(f"{size:>6} {base * per:>8.1f} {best['count'] * per:>9.2f} "
+              f"{best['count'] / base:>7.2%} {best['drift'] * per:>8.1f} "
+              f"{best['drift'] / base:>7.3f} {best['shadow'] * per:>8.1f} "
+              f"{best['shadow'] / base:>7.3f}")
 
 
 def live(rate: float, seconds: float, pairs: int) -> None:
