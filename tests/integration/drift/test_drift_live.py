@@ -100,7 +100,7 @@ def test_undrifted_log_keeps_every_psi_below_watch(fresh_settings: Settings,
 
 def test_drifted_log_crosses_alert_within_an_hour_of_event_time(fresh_settings: Settings,
                                                                 tmp_path: Path) -> None:
-    spec = parse_drift_spec(f"from={DRIFT_FROM},amount=x3,country=JP:0.3")
+    spec = parse_drift_spec(f"from={DRIFT_FROM},amount=x5,country=JP:0.3")
     log = make_log(**LOG, drift=spec)
     # the log up to one hour of event time after the drift began (it is in event-time order)
     cut = DRIFT_FROM + 3_600_000
