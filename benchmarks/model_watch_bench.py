@@ -7,10 +7,11 @@ In-process (always): a generated log's messages go through the worker's own batc
 (`TransactionPipeline.process` → `ScoringStage.run`) in batches of each size, three ways in
 turn each round: drift off and no shadow (the base), drift on, and a shadow model set (the same
 graph in a second session: one more model call per batch and a features.shadow row per event);
-and `DriftStage.observe` alone on the same scored batches (the counting itself, precise where
-the path's noise is larger than it). Fastest round of each kept. Printed per batch size: µs per
-event of the base path and of counting (with its share of the base), and the paths with drift
-and with a shadow as ratios to the base. The worker also spends CPU in Kafka I/O and Faust
+and `DriftStage.observe` and `ShadowStage.run` alone on the same scored batches (what each
+adds, timed directly: precise where the whole path's noise on a shared machine is larger than
+the effect). Fastest round of each kept. Printed per batch size: µs per event of the base path,
+of counting and of shadow scoring (each with its share of the base path), and the whole paths
+with drift and with a shadow as ratios to the base. The worker also spends CPU in Kafka I/O and Faust
 (591 µs/event at the SLO rate in docs/benchmarks/live-load.md against ~150 here), so the
 share of its whole CPU is smaller still.
 Live (--live): pairs of benchmarks/live_load.py steps at `--rate` ev/s (default: the SLO rate
@@ -81,11 +82,11 @@ def in_process(sizes: list[int], rounds: int, events: int) -> None:
     now = int(time.time() * 1000)
     print(f"model {model.version}, {len(lines):,} events; µs per event, fastest of {rounds} "
           f"rounds (variants alternate within a round)")
-    print(f"{'batch':>6} {'path':>8} {'counting':>9} {'ratio':>7} {'+drift':>8} {'ratio':>7} "
-          f"{'+shadow':>8} {'ratio':>7}")
+    print(f"{'batch':>6} {'path':>8} {'counting':>9} {'share':>7} {'shadow':>8} {'share':>7} "
+          f"{'path+drift':>11} {'path+shadow':>12}")
     for size in sizes:
         best = {"base": float("inf"), "drift": float("inf"), "shadow": float("inf"),
-                "count": float("inf")}
+                "count": float("inf"), "shadow_alone": float("inf")}
         for _ in range(rounds):
             best["base"] = min(best["base"], _path(model, settings, lines, size, now, drift=False))
             best["drift"] = min(best["drift"], _path(model, settings, lines, size, now, drift=True))
@@ -106,12 +107,22 @@ def in_process(sizes: list[int], rounds: int, events: int) -> None:
             assert counter.monitor is not None
             counter.monitor.flush()
             best["count"] = min(best["count"], time.perf_counter() - t1)
+            # shadow scoring alone on the same batches: its model call and its rows
+            stage = ScoringStage(model, settings.replace(drift=False), lambda: now)
+            stage.shadow.offer(shadow)
+            stage.shadow.run([], inputs[0][1][:0], inputs[0][2][:0], active_version="a",
+                             active=stage.thresholds)  # the offer applies between batches
+            t2 = time.perf_counter()
+            for scored, matrix, scores in inputs:
+                stage.shadow.run(scored, matrix, scores, active_version=model.version,
+                                 active=stage.thresholds)
+            best["shadow_alone"] = min(best["shadow_alone"], time.perf_counter() - t2)
         per = 1e6 / len(lines)
         base = best["base"]
         print(f"{size:>6} {base * per:>8.1f} {best['count'] * per:>9.2f} "
-              f"{best['count'] / base:>7.2%} {best['drift'] * per:>8.1f} "
-              f"{best['drift'] / base:>7.3f} {best['shadow'] * per:>8.1f} "
-              f"{best['shadow'] / base:>7.3f}")
+              f"{best['count'] / base:>7.2%} {best['shadow_alone'] * per:>8.2f} "
+              f"{best['shadow_alone'] / base:>7.2%} {best['drift'] / base:>10.3f}x "
+              f"{best['shadow'] / base:>11.3f}x")
 
 
 def live(rate: float, seconds: float, pairs: int) -> None:
