@@ -45,17 +45,17 @@ def _drift(frame: Frame) -> RenderableType:
         return Text("drift: not counted (no worker has a model with a drift reference)",
                     style="dim")
     events = ", ".join(f"{w} {n:,} events" for w, n in view.events.items())
-    table = Table("series", *(f"PSI {w}" for w in view.events),
-                  title=f"drift vs training reference of {', '.join(view.models)} (watch >= "
-                        f"{view.watch:g}, alert >= {view.alert:g}; {events})",
-                  title_justify="left")
+    head = Text(f"drift vs training reference of {', '.join(view.models)}: PSI watch >= "
+                f"{view.watch:g}, alert >= {view.alert:g} ({events})",
+                style=_LEVEL_STYLE[view.worst])
+    table = Table("series", *(f"PSI {w}" for w in view.events))
     for row in view.rows[:MAX_DRIFT_ROWS]:
         cells = [Text("n/a" if v != v else f"{v:.3f}", style=_LEVEL_STYLE[row.levels[w]])
                  for w, v in row.psi.items()]
         table.add_row(row.series, *cells)
     if len(view.rows) > MAX_DRIFT_ROWS:
         table.caption = f"{len(view.rows) - MAX_DRIFT_ROWS} more series, all lower"
-    return table
+    return Group(head, table)
 
 
 def render(frame: Frame, *, title: str) -> RenderableType:
