@@ -114,7 +114,8 @@ SHADOW_MODEL: Final = Gauge(
     ["model_version"],
 )
 SHADOW_MODELS: Final = Counter(
-    "fraudstream_shadow_models_total", "Shadow model changes seen, by result.", ["result"]
+    "fraudstream_shadow_models_total",
+    "Shadow model changes seen, by result (accepted, refused, stopped).", ["result"]
 )
 SHADOW_SCORED: Final = Counter(
     "fraudstream_shadow_scored_total", "Transactions also scored by the shadow model."

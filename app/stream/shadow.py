@@ -150,6 +150,7 @@ def shadow_handler(load: Callable[[str], LoadedModel], offer: Callable[[LoadedMo
 
     async def handle(version: str | None) -> None:
         if version is None:
+            metrics.SHADOW_MODELS.labels("stopped").inc()
             offer(None)
             return
         try:

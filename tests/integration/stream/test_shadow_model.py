@@ -112,3 +112,43 @@ def test_shadow_never_acts_and_compare_lists_exactly_the_differing_actions(
     assert listed == expected
 
     _cli(settings, "model", "shadow", "--stop")
+
+
+def _shadow_changes(port: int, result: str) -> float:
+    import urllib.request
+
+    from app.watch.samples import parse
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:  # noqa: S310
+        page = parse([resp.read().decode()])
+    return page.total("fraudstream_shadow_models_total", result=result)
+
+
+def test_a_running_worker_starts_and_stops_shadowing_between_batches(
+        fresh_settings: Settings, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    add_shifted_version(fresh_settings.model_dir, models, CANDIDATE)
+    settings = fresh_settings.replace(model_dir=models)
+    lines = lines_of(make_log(cards=200, txns=3000, days=2, seed=32))
+    first, second, third = lines[:1000], lines[1000:2000], lines[2000:]
+    ids = [{orjson.loads(line)["txn_id"] for line in part} for part in (first, second, third)]
+    worker = spawn_worker(settings, tmp_path, dispatch=False)
+    try:
+        assert worker.port is not None
+        sent = replay(settings, first)
+        wait_drained(settings, [worker], expected=sent)
+        _cli(settings, "model", "shadow", CANDIDATE)
+        wait_until(lambda: _shadow_changes(worker.port, "accepted") == 1, timeout_s=60,
+                   what="the worker to accept the shadow model")
+        sent += replay(settings, second)
+        wait_drained(settings, [worker], expected=sent)
+        _cli(settings, "model", "shadow", "--stop")
+        wait_until(lambda: _shadow_changes(worker.port, "stopped") == 1, timeout_s=60,
+                   what="the worker to stop shadowing")
+        sent += replay(settings, third)
+        wait_drained(settings, [worker], expected=sent)
+    finally:
+        worker.stop()
+    shadowed = {r.txn_id for r in iter_shadow_rows(settings,
+                                                   settings.topic(topics.FEATURES_SHADOW))}
+    assert shadowed == ids[1]
