@@ -258,6 +258,26 @@ class Settings:
         "training reference, one extra model row per feature, for rows that produce an action).",
         True,
     )
+    drift: bool = _env(
+        "FRAUDSTREAM_DRIFT",
+        "Worker: count every served row's features and score into the model's reference bins "
+        "over 1 h and 24 h of event time and export PSI (needs a model card with a drift "
+        "reference; without one the worker logs it and counts nothing).",
+        True,
+    )
+    drift_psi_watch: float = _env(
+        "FRAUDSTREAM_DRIFT_PSI_WATCH",
+        "PSI from which a feature or the score is shown as drifting (watch, dashboard).", 0.1
+    )
+    drift_psi_alert: float = _env(
+        "FRAUDSTREAM_DRIFT_PSI_ALERT",
+        "PSI from which drift alerts (watch, dashboard, Prometheus alert rules).", 0.25
+    )
+    drift_min_events: int = _env(
+        "FRAUDSTREAM_DRIFT_MIN_EVENTS",
+        "Fewest served rows in a window for its PSI to be reported (fewer: NaN, no alert).",
+        200,
+    )
     freeze_threshold: float | None = _env(
         "FRAUDSTREAM_FREEZE_THRESHOLD", "Override the model card's freeze threshold.", None
     )

@@ -66,10 +66,14 @@ _FRACTION = click.FloatRange(0.0, 1.0)
 @click.option("--now", "now_ms", type=_TimeParam(), default=None,
               help="Validator clock the bad messages are built against (far-future event "
                    "times) [default: end of data + 1 day].")
+@click.option("--drift", "drift_spec", default=None, metavar="SPEC",
+              help="Drift from a point in event time: comma-separated KEY=VALUE, from=TIME, "
+                   "amount=xF (amounts scaled), country=CC:SHARE (a new country mix), "
+                   "fraud-rate=R (extra fraud incidents), e.g. from=2026-01-03,amount=x3.")
 def generate(
     cards: int, txns: int, seed: int, out: Path, labels: Path | None, start: int, days: int,
     out_of_order: float, redelivery: float, malformed: float, fraud_rate: float,
-    merchants: int | None, now_ms: int | None,
+    merchants: int | None, now_ms: int | None, drift_spec: str | None,
 ) -> None:
     """Generate a synthetic card-transaction log with labelled fraud patterns.
 
@@ -82,6 +86,14 @@ def generate(
             "Parquet cannot hold malformed messages; use a .jsonl output or --malformed 0",
             param_hint="--malformed",
         )
+    drift = None
+    if drift_spec is not None:
+        from app.datagen.drift import DriftSpecError, parse_drift_spec
+
+        try:
+            drift = parse_drift_spec(drift_spec)
+        except DriftSpecError as exc:
+            raise click.BadParameter(str(exc), param_hint="--drift") from None
     require_parent_dir(out, "--out")
     require_parent_dir(labels, "--labels")
     settings = load_settings()
@@ -91,7 +103,7 @@ def generate(
             out_of_order=out_of_order, redelivery=redelivery, malformed=malformed,
             fraud_rate=fraud_rate, merchants=merchants,
             allowed_lateness_ms=settings.allowed_lateness_ms,
-            max_message_bytes=settings.max_message_bytes, now_ms=now_ms,
+            max_message_bytes=settings.max_message_bytes, now_ms=now_ms, drift=drift,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -197,25 +197,50 @@ def validate(model_dir: Path, version: str, device: str) -> None:
 
 @model.command("activate")
 @click.argument("version")
+@click.option("--without-reference", is_flag=True,
+              help="Activate a model whose card has no drift reference (its drift is then "
+                   "not counted by the workers).")
 @click.pass_obj
-def activate(model_dir: Path, version: str) -> None:
+def activate(model_dir: Path, version: str, without_reference: bool) -> None:
     """Switch every worker to VERSION without a restart (compacted control topic).
 
-    VERSION is validated here first; each worker validates it again and swaps it in between
-    batches, or refuses it (logged, counted) and keeps serving the model it has.
+    VERSION is validated here first (its card must carry a drift reference, see `model
+    reference`); each worker validates it again and swaps it in between batches, or refuses it
+    (logged, counted) and keeps serving the model it has.
     """
     import asyncio
 
+    from app.drift.reference import DriftReference
     from app.kafka.topics import ensure_topics
     from app.scoring.contract import ModelError
     from app.scoring.registry import ModelRegistry
     from app.stream.control import publish_activation
 
     try:
-        ModelRegistry(model_dir, device="cpu").load(version)
+        loaded = ModelRegistry(model_dir, device="cpu").load(version)
     except ModelError as exc:
         raise click.ClickException(f"not activated, {version} is invalid: {exc}") from None
+    if not without_reference:
+        try:
+            DriftReference.of_card(loaded.card.raw, version)
+        except ModelError as exc:  # its drift could not be watched: say how to fix it first
+            raise click.ClickException(f"not activated, {exc} (or pass --without-reference "
+                                       "to serve it unwatched)") from None
     settings = load_settings()
     asyncio.run(ensure_topics(settings))
     asyncio.run(publish_activation(settings, version))
     click.echo(f"activated {version}: workers switch between batches")
+
+
+def _add_drift_commands() -> None:
+    # the drift and shadow commands live in their own modules; the group is this one
+    from app.cli.model_drift import drift, reference
+    from app.cli.model_shadow import compare_cmd, shadow
+
+    model.add_command(reference)
+    model.add_command(drift)
+    model.add_command(shadow)
+    model.add_command(compare_cmd)
+
+
+_add_drift_commands()

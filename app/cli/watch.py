@@ -34,7 +34,9 @@ BUDGET_WINDOW_S = 60.0
               help="Stop after this many seconds [default: until Ctrl-C].")
 def watch(workers: tuple[str, ...], service: str | None, quality: str | None, interval: float,
           from_demo: bool, once: bool, duration: float | None) -> None:
-    """Events/s in and out, lag per partition, p50/p99 per hop, DLQ, late, effects, model.
+    """Events/s in and out, lag per partition, p50/p99 per hop, DLQ, late, effects, model,
+    and drift: PSI per feature and of the score over 1 h and 24 h against the model's training
+    reference, marked against FRAUDSTREAM_DRIFT_PSI_WATCH / _ALERT.
 
     Lag is the consumer group FRAUDSTREAM_APP_ID on the transactions topic (with
     FRAUDSTREAM_TOPIC_PREFIX); `--demo` watches what `fraudstream demo --keep` left running.
@@ -68,6 +70,7 @@ async def _watch(settings: Settings, workers: list[str], service: str, *, interv
     loop = asyncio.get_running_loop()
     stop_at = None if duration is None else loop.time() + duration
     budget_s = settings.latency_budget_ms / 1000
+    thresholds = (settings.drift_psi_watch, settings.drift_psi_alert)
     async with open_sources(settings, workers, service, quality) as sources:
         before = await sources.read()
         # readings of the last minute: the latency budget is shown over that window
@@ -77,7 +80,8 @@ async def _watch(settings: Settings, workers: list[str], service: str, *, interv
             while len(minute) > 1 and now.at_s - minute[1].at_s >= BUDGET_WINDOW_S:
                 minute.popleft()
             return build_frame(now, before, group=settings.app_id, minute_ago=minute[0],
-                               budget_s=budget_s)
+                               budget_s=budget_s, drift_min_events=settings.drift_min_events,
+                               drift_thresholds=thresholds)
 
         if once:
             await asyncio.sleep(interval)  # a second reading, for rates
@@ -92,7 +96,9 @@ async def _watch(settings: Settings, workers: list[str], service: str, *, interv
                 minute.append(now)
                 before = now
             return
-        frame = build_frame(before, None, group=settings.app_id, budget_s=budget_s)
+        frame = build_frame(before, None, group=settings.app_id, budget_s=budget_s,
+                            drift_min_events=settings.drift_min_events,
+                            drift_thresholds=thresholds)
         with Live(render(frame, title=title), console=console, auto_refresh=False,
                   screen=False) as live:
             while stop_at is None or loop.time() < stop_at:

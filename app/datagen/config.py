@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from app.datagen.drift import DriftSpec
 from app.transactions.contract import DEFAULT_MAX_BYTES, MIN_TS_MS
 
 DAY_MS: Final = 86_400_000
@@ -42,6 +43,8 @@ class GeneratorConfig:
     max_message_bytes: int = DEFAULT_MAX_BYTES
     #: The validator's clock the bad messages are built against; None: end of data + 1 day.
     now_ms: int | None = None
+    #: Drift injected from a point in event time (`generate --drift`); None: none.
+    drift: DriftSpec | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.cards <= MAX_CARDS:
@@ -64,6 +67,10 @@ class GeneratorConfig:
             raise ValueError(f"merchants must be positive, got {self.merchants}")
         if self.allowed_lateness_ms < 0:
             raise ValueError("allowed_lateness_ms must be non-negative")
+        since = None if self.drift is None else self.drift.from_ms
+        if since is not None and not self.start_ms <= since < self.end_ms:
+            raise ValueError(f"--drift from={since} is outside the log's event time "
+                             f"[{self.start_ms}, {self.end_ms})")
 
     @property
     def end_ms(self) -> int:

@@ -10,6 +10,7 @@ import numpy as np
 from app.datagen.columns import LEGIT, TxnColumns
 from app.datagen.config import DAY_MS, GeneratorConfig
 from app.datagen.delivery import arrange
+from app.datagen.drift import apply_drift
 from app.datagen.fraud import fraud_incidents
 from app.datagen.lines import transaction
 from app.datagen.log import GeneratedLog
@@ -25,14 +26,16 @@ CHARGEBACK_DELAY_MS: Final = (DAY_MS, 10 * DAY_MS)
 
 # Independent random streams (SeedSequence children): changing how a log is delivered
 # (displacement, redelivery, bad messages) leaves its transactions byte-identical.
-_POPULATION, _LEGIT, _FRAUD, _LABELS, _DELIVERY, _BAD = range(6)
+# A drifted log draws its changes from a seventh stream (spawn(7)'s first six children are
+# spawn(6)'s): the undrifted parts stay those of the same log without --drift.
+_POPULATION, _LEGIT, _FRAUD, _LABELS, _DELIVERY, _BAD, _DRIFT = range(7)
 
 
 def generate_log(config: GeneratorConfig) -> GeneratedLog:
     """Generate the log `config` describes: same config, same log, byte for byte."""
     streams = [
         np.random.Generator(np.random.PCG64(child))
-        for child in np.random.SeedSequence(config.seed).spawn(6)
+        for child in np.random.SeedSequence(config.seed).spawn(7)
     ]
     pop = streams[_POPULATION]
     cards = draw_cards(pop, config.cards, start_ms=config.start_ms, days=config.days)
@@ -54,6 +57,8 @@ def generate_log(config: GeneratorConfig) -> GeneratedLog:
     )
     both = TxnColumns.concat([legit, fraud])
     txns = both.take(np.argsort(both.ts, kind="stable"))
+    if config.drift is not None:
+        txns = _drifted(streams[_DRIFT], config, txns, cards, merchants)
     label_ts = _label_times(streams[_LABELS], txns)
 
     tag = transactions_tag(config)
@@ -68,9 +73,26 @@ def generate_log(config: GeneratorConfig) -> GeneratedLog:
 
 def transactions_tag(config: GeneratorConfig) -> str:
     """8 hex digits naming the settings that shape the transactions (not their delivery)."""
-    shape = (config.seed, config.cards, config.txns, config.start_ms, config.days,
-             repr(config.fraud_rate), config.merchants)
+    shape: tuple[object, ...] = (config.seed, config.cards, config.txns, config.start_ms,
+                                 config.days, repr(config.fraud_rate), config.merchants)
+    if config.drift is not None:
+        shape = (*shape, config.drift.describe())
     return hashlib.blake2b(repr(shape).encode(), digest_size=4).hexdigest()
+
+
+def _drifted(rng: np.random.Generator, config: GeneratorConfig, txns: TxnColumns,
+             cards: object, merchants: object) -> TxnColumns:
+    spec = config.drift
+    assert spec is not None
+    since = config.start_ms if spec.from_ms is None else spec.from_ms
+    extra = None
+    if spec.fraud_rate is not None:
+        later = int((txns.ts >= since).sum())
+        days = max(1, -(-(config.end_ms - since) // DAY_MS))
+        extra = fraud_incidents(rng, cards, merchants, round(spec.fraud_rate * later),  # type: ignore[arg-type]
+                                start_ms=since, days=days)
+        extra = extra.take(np.flatnonzero(extra.ts < config.end_ms))
+    return apply_drift(rng, txns, spec, start_ms=config.start_ms, extra_fraud=extra)
 
 
 def _label_times(rng: np.random.Generator, txns: TxnColumns) -> np.ndarray:

@@ -17,6 +17,8 @@ TRANSACTIONS_DLQ: Final = "transactions.dlq"
 TRANSACTIONS_LATE: Final = "transactions.late"
 FEATURES_SERVED: Final = "features.served"
 ACTIONS: Final = "actions"
+#: Both models' scores and would-be decisions while a shadow model runs (app.stream.shadow).
+FEATURES_SHADOW: Final = "features.shadow"
 ACTIONS_DLQ: Final = "actions.dlq"
 #: Fraud labels (chargebacks, confirmed fraud, analyst decisions; see app.transactions.labels)
 #: and the rows of label files that were refused. Keyed by card_id (else txn_id).
@@ -28,6 +30,7 @@ CONTROL: Final = "fraudstream.control"
 #: Every topic the pipeline reads or writes; all are keyed by card_id.
 PIPELINE_TOPICS: Final = (
     TRANSACTIONS, TRANSACTIONS_DLQ, TRANSACTIONS_LATE, FEATURES_SERVED, ACTIONS, ACTIONS_DLQ,
+    FEATURES_SHADOW,
 )
 #: The fraud team's topics: not read by the worker, created with the pipeline's.
 LABEL_TOPICS: Final = (LABELS, LABELS_DLQ)

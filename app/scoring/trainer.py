@@ -24,6 +24,8 @@ from typing import Any, Final
 import numpy as np
 import pyarrow as pa
 
+from app.drift.reference import CARD_KEY as DRIFT_KEY
+from app.drift.reference import build_reference
 from app.scoring import evaluation
 from app.scoring.card import CARD_SCHEMA, MODEL_FILE
 from app.scoring.contract import DECLARED, INPUT_DTYPE, INPUT_NAME, OUTPUT_NAME
@@ -34,6 +36,8 @@ from app.scoring.scorer import OnnxScorer
 log = logging.getLogger(__name__)
 
 EXPORT_TOLERANCE: Final = 1e-5
+#: What a model's drift reference is binned from (its card says so).
+REFERENCE_SOURCE: Final = "training rows (ts_ms < data.split.boundary_ts_ms), as served"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -201,6 +205,7 @@ def train_model(
         },
         "created_from": dict(created_from or {}),
         "libraries": library_versions(),
+        DRIFT_KEY: build_reference(x_train, train_scores, source=REFERENCE_SOURCE).to_json(),
     }
     return TrainedModel(version, onnx_bytes, card, pipeline)
 

@@ -32,6 +32,7 @@ from app.stream.listfeed import follow_lists, wait_ready
 from app.stream.pipeline import TransactionPipeline
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
+from app.stream.shadow import follow_shadow, shadow_handler
 from app.stream.watchdog import CommitWatchdog
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ def create_app(
     model: LoadedModel | None = None,
     load_model: Callable[[str], LoadedModel] | None = None,
     control_offset: int = 0,
+    shadow: tuple[LoadedModel | None, int] = (None, 0),
     agents: frozenset[AgentName] = frozenset({"score", "dispatch"}),
 ) -> FraudApp:
     """Build the Faust app with the chosen agents. Nothing connects until a worker starts it."""
@@ -147,6 +149,9 @@ def create_app(
     if model is None or load_model is None:
         raise ValueError("the score agent needs a model and a model loader")
     stage = ScoringStage(model, settings, clock)
+    shadow_model, shadow_offset = shadow  # the shadow set at start, and where to follow from
+    if shadow_model is not None:
+        stage.shadow.offer(shadow_model)
 
     @app.task
     async def follow_models() -> None:  # pragma: no cover - end to end
@@ -160,6 +165,11 @@ def create_app(
             stage.lists = lists
 
         await follow_lists(settings, install, lists_read)
+
+    @app.task
+    async def follow_shadow_model() -> None:  # pragma: no cover - end to end
+        await follow_shadow(settings, shadow_offset,
+                            shadow_handler(load_model, stage.shadow.offer))
 
     source_name = settings.topic(topics.TRANSACTIONS)
     app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent

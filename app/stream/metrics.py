@@ -8,6 +8,8 @@ from typing import Any, Final
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from app.drift.metrics import DRIFT_COLLECTOR  # noqa: F401 - the worker's drift families
+
 DLQ_MESSAGES: Final = Counter(
     "fraudstream_dlq_messages_total",
     "Transactions rejected to transactions.dlq, by reason code and field.",
@@ -107,3 +109,18 @@ def observe_many(child: Any, values: Iterable[float]) -> None:
         if count:
             bucket.inc(count)
     child._sum.inc(total)
+SHADOW_MODEL: Final = Gauge(
+    "fraudstream_shadow_model_info", "The shadow model scored beside the active one (1).",
+    ["model_version"],
+)
+SHADOW_MODELS: Final = Counter(
+    "fraudstream_shadow_models_total",
+    "Shadow model changes seen, by result (accepted, refused, stopped).", ["result"]
+)
+SHADOW_SCORED: Final = Counter(
+    "fraudstream_shadow_scored_total", "Transactions also scored by the shadow model."
+)
+SHADOW_DISAGREED: Final = Counter(
+    "fraudstream_shadow_disagreed_total",
+    "Shadow-scored transactions whose would-be decision differs from the active model's.",
+)

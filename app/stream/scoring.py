@@ -17,7 +17,9 @@ from app.scoring.registry import LoadedModel
 from app.scoring.scorer import features_matrix
 from app.settings import Settings
 from app.stream import metrics
+from app.stream.drift import DriftStage
 from app.stream.pipeline import Scored, served_record
+from app.stream.shadow import ShadowStage
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,8 @@ class ScoringStage:
         #: The allow/block lists, replaced whole by app.stream.listfeed (read once per batch).
         self.lists: Lists = EMPTY
         self.model = model
+        self.drift = DriftStage(settings)
+        self.shadow = ShadowStage()
         self._install(model)
 
     def _install(self, model: LoadedModel) -> None:
@@ -39,6 +43,7 @@ class ScoringStage:
         if previous is not None:
             metrics.SCORER_PROVIDER.labels(previous.scorer.active_provider, previous.version).set(0)
         self._active = model
+        self.drift.install(model)
         self._explainer: Explainer | None = (explainer_for(model) if self.settings.explain
                                              else None)
         self.thresholds: Thresholds = model.thresholds.override(
@@ -71,6 +76,7 @@ class ScoringStage:
         model = self._active
         matrix = features_matrix([s.features for s in scored])
         scores = model.scorer.score(matrix)
+        self.drift.observe(scored, matrix, scores)
         decided_at = self.clock_ms()
         explanations = self._explain(scored, matrix, scores)
         lists = self.lists
@@ -93,6 +99,9 @@ class ScoringStage:
                 metrics.ACTIONS_EMITTED.labels(action.type).inc()
                 out.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(), action.to_json(),
                                      headers))
+        # a shadow model, when set: one more model call, rows to features.shadow, no actions
+        out.extend(self.shadow.run(scored, matrix, scores, active_version=model.version,
+                                   active=self.thresholds))
         return out
 
     def _explain(self, scored: Sequence[Scored], matrix: np.ndarray, scores: np.ndarray

@@ -48,6 +48,23 @@ def initial_model(settings: Settings, registry: ModelRegistry) -> tuple[LoadedMo
         raise WorkerStartError(f"refusing to start: {exc}") from exc
 
 
+def initial_shadow(settings: Settings, registry: ModelRegistry
+                   ) -> tuple[LoadedModel | None, int]:
+    """The shadow model set on the control topic (None: none, or it does not validate here:
+    said in the log, the worker runs without one) and the offset to follow shadow changes from."""
+    from app.stream.shadow import latest_shadow
+
+    version, offset = asyncio.run(latest_shadow(settings))
+    if version is None:
+        return None, offset
+    try:
+        return registry.load(version), offset
+    except ModelError as exc:
+        log.error("shadow model %s does not validate here (%s); running without one",
+                  version, exc)
+        return None, offset
+
+
 def run_worker(
     settings: Settings,
     *,
@@ -59,11 +76,13 @@ def run_worker(
     asyncio.run(ensure_topics(settings))
     model = None
     offset = 0
+    shadow: tuple[LoadedModel | None, int] = (None, 0)
     registry = ModelRegistry.from_settings(settings)
     if "score" in agents:
         model, offset = initial_model(settings, registry)
+        shadow = initial_shadow(settings, registry)
     fraud = create_app(settings, web_port=web_port, model=model, load_model=registry.load,
-                       control_offset=offset, agents=agents)
+                       control_offset=offset, shadow=shadow, agents=agents)
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from app.watch.drift import DriftView, drift_view
 from app.watch.samples import Samples, bucket_delta, buckets, counter_rate, quantile
 
 #: The hops in the order an event meets them (app.stream.metrics.HOP_SECONDS).
@@ -121,6 +122,7 @@ class Frame:
     workers_total: int
     service_up: bool
     budget: Budget | None = None
+    drift: DriftView | None = None
     problems: list[str] = field(default_factory=list)
     quality: QualityRow | None = None
 
@@ -149,7 +151,9 @@ def budget_of(now: Reading, since: Reading | None, budget_s: float) -> Budget:
 
 
 def build_frame(now: Reading, before: Reading | None, *, group: str,
-                minute_ago: Reading | None = None, budget_s: float = 0.05) -> Frame:
+                minute_ago: Reading | None = None, budget_s: float = 0.05,
+                drift_min_events: int = 200, drift_thresholds: tuple[float, float] = (0.1, 0.25)
+                ) -> Frame:
     """The screen for reading `now`; rates and recent quantiles need the previous reading, the
     latency budget's view the oldest reading of the last minute (`minute_ago`)."""
     dt = now.at_s - before.at_s if before is not None else 0.0
@@ -188,6 +192,8 @@ def build_frame(now: Reading, before: Reading | None, *, group: str,
         models=list(dict.fromkeys(models)),
         workers_up=now.workers_up, workers_total=now.workers_total,
         service_up=now.service_up, budget=budget_of(now, minute_ago, budget_s),
+        drift=drift_view(now.workers, min_events=drift_min_events,
+                         watch=drift_thresholds[0], alert=drift_thresholds[1]),
         problems=problems, quality=quality_of(now.quality) if now.quality_up else None,
     )
 

@@ -48,6 +48,30 @@ def _quality(frame: Frame) -> Text:
                 f"{_ratio(q.recall_7d)} · {q.freezes:,} freezes, {q.fraud:,} fraud")
 
 
+#: Drift rows shown (worst first); the rest are summarised in one line.
+MAX_DRIFT_ROWS = 6
+_LEVEL_STYLE = {"alert": "red", "watch": "yellow", "ok": "green", "n/a": "dim"}
+
+
+def _drift(frame: Frame) -> RenderableType:
+    view = frame.drift
+    if view is None:
+        return Text("drift: not counted (no worker has a model with a drift reference)",
+                    style="dim")
+    events = ", ".join(f"{w} {n:,} events" for w, n in view.events.items())
+    head = Text(f"drift vs training reference of {', '.join(view.models)}: PSI watch >= "
+                f"{view.watch:g}, alert >= {view.alert:g} ({events})",
+                style=_LEVEL_STYLE[view.worst])
+    table = Table("series", *(f"PSI {w}" for w in view.events))
+    for row in view.rows[:MAX_DRIFT_ROWS]:
+        cells = [Text("n/a" if v != v else f"{v:.3f}", style=_LEVEL_STYLE[row.levels[w]])
+                 for w, v in row.psi.items()]
+        table.add_row(row.series, *cells)
+    if len(view.rows) > MAX_DRIFT_ROWS:
+        table.caption = f"{len(view.rows) - MAX_DRIFT_ROWS} more series, all lower"
+    return Group(head, table)
+
+
 def render(frame: Frame, *, title: str) -> RenderableType:
     """The whole screen for one refresh."""
     stats = (f"in {_rate(frame.in_per_s)}   out {_rate(frame.out_per_s)}   "
@@ -82,4 +106,4 @@ def render(frame: Frame, *, title: str) -> RenderableType:
     body = Table.grid(padding=(0, 3))
     body.add_row(parts, hops)
     problems = [Text(f"! {p}", style="yellow") for p in frame.problems]
-    return Group(*head, outcomes, _quality(frame), body, *problems)
+    return Group(*head, outcomes, _quality(frame), body, _drift(frame), *problems)

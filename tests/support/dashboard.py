@@ -10,6 +10,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "fraudstream.json"
+#: Prometheus rule files (docker-compose.yml mounts them; prometheus.yml loads them).
+RULES = ROOT / "deploy" / "prometheus" / "rules"
 
 #: Series that Prometheus makes up itself for every target (not on any /metrics page).
 SYNTHETIC = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped",
@@ -110,6 +112,31 @@ def queried_names(dashboard: dict[str, Any]) -> dict[str, set[str]]:
     return where
 
 
+def rules() -> list[dict[str, Any]]:
+    """Every recording and alerting rule of the rule files."""
+    import yaml
+
+    out: list[dict[str, Any]] = []
+    for path in sorted(RULES.glob("*.yml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            out.extend(group["rules"])
+    return out
+
+
+def recorded_names() -> set[str]:
+    """The series the recording rules make (Prometheus computes them: on no page)."""
+    return {r["record"] for r in rules() if "record" in r}
+
+
+def rule_queried_names() -> dict[str, set[str]]:
+    """metric name -> the rules whose expression reads it."""
+    where: dict[str, set[str]] = {}
+    for rule in rules():
+        for name in metric_names(rule["expr"]):
+            where.setdefault(name, set()).add(f"rule {rule.get('record') or rule['alert']}")
+    return where
+
+
 def exported_names(pages: Iterable[str]) -> set[str]:
     """Every series name the /metrics pages can carry: their samples, and for each declared
     family the names its type gives (a labelled metric with no child yet has no sample)."""
@@ -126,7 +153,7 @@ def exported_names(pages: Iterable[str]) -> set[str]:
 def missing(queried: Iterable[str], pages: Iterable[str]) -> set[str]:
     """The queried names that neither the pages, kafka-exporter nor Prometheus provide."""
     ours = {n for n in queried if n not in SYNTHETIC and n not in KAFKA_EXPORTER}
-    return ours - exported_names(pages)
+    return ours - exported_names(pages) - recorded_names()
 
 
 def sample_total(page: str, name: str, **labels: str) -> float:

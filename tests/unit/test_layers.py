@@ -9,7 +9,7 @@ import pytest
 
 APP = Path(__file__).resolve().parents[2] / "app"
 #: packages below stream/ (the Kafka client layer included)
-LOWER = ("kafka", "transactions", "stack", "features", "scoring", "actions", "security")
+LOWER = ("kafka", "transactions", "stack", "features", "scoring", "drift", "actions", "security")
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

@@ -72,7 +72,7 @@ def test_the_dashboard_queries_only_exported_metrics(fresh_settings: Settings,
         worker.stop(timeout_s=30)
         service.stop(timeout_s=30)
 
-    queried = dash.queried_names(dash.load())
+    queried = {**dash.queried_names(dash.load()), **dash.rule_queried_names()}
     ours = {n for n in queried if n.startswith(("fraudstream_", "action_service_"))}
     assert len(ours) >= 8, queried
     assert dash.missing(queried, [web_page, service_page, quality_page]) == set()

@@ -80,3 +80,5 @@ def test_watch_shows_the_running_pipeline(fresh_settings: Settings, tmp_path: Pa
     assert shown == {"scored": did.scored, "dead-lettered": did.dead_lettered,
                      "late": did.late, "effects applied": did.effects}, (outcomes, did)
     assert "did not answer" not in out, out
+    # the drift table: counted against the model's reference (a few hundred events: n/a or PSI)
+    assert f"drift vs training reference of {version}" in out, out

@@ -153,6 +153,36 @@ def test_every_queried_metric_is_declared(board: dict) -> None:
     assert kafka <= dash.KAFKA_EXPORTER
 
 
+def test_every_rule_reads_declared_or_recorded_metrics(compose: dict) -> None:
+    queried = dash.rule_queried_names()
+    assert "fraudstream_drift_feature_count" in queried
+    assert dash.missing(queried, _in_process_pages()) == set(), queried
+    for rule in dash.rules():
+        assert rule["expr"].count("(") == rule["expr"].count(")"), rule
+    # prometheus.yml loads the files where docker-compose.yml mounts them
+    (pattern,) = _yaml(DEPLOY / "prometheus/prometheus.yml")["rule_files"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1)
+                  for v in compose["services"]["prometheus"]["volumes"] if v.startswith("./"))
+    assert pattern == f"{mounts['./deploy/prometheus/rules']}/*.yml"
+
+
+def test_drift_is_recorded_alerted_and_shown_with_the_settings_thresholds(board: dict) -> None:
+    from app.settings import Settings
+
+    recorded = dash.recorded_names()
+    assert {"fraudstream:feature_psi", "fraudstream:score_psi"} <= recorded
+    alerts = {r["alert"]: r["expr"] for r in dash.rules() if "alert" in r}
+    defaults = Settings()
+    assert f">= {defaults.drift_psi_alert}" in alerts["FraudstreamScoreDrift"]
+    assert f">= {defaults.drift_psi_alert}" in alerts["FraudstreamFeatureDrift"]
+    assert f">= {defaults.drift_psi_watch}" in alerts["FraudstreamFeatureDriftWatch"]
+    drift = [p for p in dash.panels(board) if "PSI" in p["title"]]
+    assert len(drift) >= 3
+    for panel in drift:
+        steps = {s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]}
+        assert {defaults.drift_psi_watch, defaults.drift_psi_alert} <= steps, panel["title"]
+
+
 def test_a_renamed_metric_is_caught() -> None:
     pages = _in_process_pages()
     assert dash.missing({"fraudstream_scored_total"}, pages) == set()

@@ -1,0 +1,1 @@
+"""Drift: a model's training reference, live counts over event-time windows, and PSI."""

@@ -1,0 +1,127 @@
+"""Drift on the real stack: a worker's PSI over a drifted and an undrifted log, and the same
+counts and PSI computed offline over the same events."""
+
+from __future__ import annotations
+
+import math
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from app.datagen.config import DAY_MS, parse_time_ms
+from app.datagen.drift import parse_drift_spec
+from app.drift.monitor import DriftMonitor
+from app.drift.offline import drift_of_features
+from app.drift.reference import DriftReference
+from app.features.offline import compute_features
+from app.scoring.oracle import score_table
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
+from app.watch.drift import drift_view
+from app.watch.samples import Samples, parse
+from tests.support.pipeline import lines_of, make_log, replay, require_compiled_fold, wait_drained
+from tests.support.procs import spawn_worker
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+START = parse_time_ms("2026-02-01")
+#: Drift starts half-way through the second day: by then every window of every feature is
+#: warm (a card's 24 h features need a day of history), as they are in the training days.
+DRIFT_FROM = START + DAY_MS + DAY_MS // 2
+#: The shipped model's training log has ~2.1 transactions per card and day; so do these.
+LOG = {"cards": 8000, "txns": 34_000, "days": 2, "seed": 7, "start_ms": START}
+WINDOWS = ("1h", "24h")
+
+
+def _metrics(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:  # noqa: S310
+        return parse([resp.read().decode()])
+
+
+def _offline(settings: Settings, lines: Sequence[bytes]) -> DriftMonitor:
+    require_compiled_fold()
+    model = ModelRegistry(settings.model_dir, device="cpu").load(settings.model_version)
+    offline = compute_features(lines, allowed_lateness_ms=settings.allowed_lateness_ms,
+                               now_ms=time.time_ns() // 1_000_000)
+    reference = DriftReference.of_card(model.card.raw, model.version)
+    return drift_of_features(model, reference, offline, score_table(model, offline),
+                             min_events=settings.drift_min_events)
+
+
+def _live_psi(samples: Samples) -> dict[tuple[str, str], float]:
+    """(series, window) → PSI as the worker exports it."""
+    out = {(dict(k)["feature"], dict(k)["window"]): v
+           for k, v in samples.get("fraudstream_feature_psi").items()}
+    out.update({("score", dict(k)["window"]): v
+                for k, v in samples.get("fraudstream_score_psi").items()})
+    return out
+
+
+def _assert_online_equals_offline(samples: Samples, offline: DriftMonitor) -> None:
+    live = _live_psi(samples)
+    assert len(live) == len(offline.names) * len(WINDOWS)
+    for window in WINDOWS:
+        state = offline.state(window)
+        assert samples.total("fraudstream_drift_window_events", window=window) == state.events
+        for name in offline.names:
+            # the exposition writes floats with repr: the worker's float comes back exactly
+            assert live[(name, window)] == state.psi[name], (name, window)
+        score_counts = [samples.total("fraudstream_drift_score_count", window=window, bin=str(b))
+                        for b in range(len(state.counts["score"]))]
+        assert score_counts == state.counts["score"]
+
+
+def _replay_to_worker(settings: Settings, tmp_path: Path, lines: Sequence[bytes]) -> Samples:
+    worker = spawn_worker(settings, tmp_path, dispatch=False)
+    try:
+        sent = replay(settings, lines)
+        wait_drained(settings, [worker], expected=sent, timeout_s=300)
+        assert worker.port is not None
+        return _metrics(worker.port)
+    finally:
+        worker.stop()
+
+
+def test_undrifted_log_keeps_every_psi_below_watch(fresh_settings: Settings,
+                                                   tmp_path: Path) -> None:
+    lines = lines_of(make_log(**LOG))
+    samples = _replay_to_worker(fresh_settings, tmp_path, lines)
+    psi = _live_psi(samples)
+    assert len(psi) == 21 * len(WINDOWS)
+    assert all(samples.total("fraudstream_drift_window_events", window=w)
+               >= fresh_settings.drift_min_events for w in WINDOWS)
+    high = {k: v for k, v in psi.items() if not v < fresh_settings.drift_psi_watch}
+    assert not high, high  # NaN would show here too
+    _assert_online_equals_offline(samples, _offline(fresh_settings, lines))
+
+
+def test_drifted_log_crosses_alert_within_an_hour_of_event_time(fresh_settings: Settings,
+                                                                tmp_path: Path) -> None:
+    spec = parse_drift_spec(f"from={DRIFT_FROM},amount=x5,country=JP:0.3")
+    log = make_log(**LOG, drift=spec)
+    # the log up to one hour of event time after the drift began (it is in event-time order)
+    cut = DRIFT_FROM + 3_600_000
+    lines = [line for line in lines_of(log) if int(line.split(b'"ts_ms":')[1].split(b",")[0]) < cut]
+    assert 0 < len(lines) < len(log)
+    samples = _replay_to_worker(fresh_settings, tmp_path, lines)
+    psi = _live_psi(samples)
+    alert = fresh_settings.drift_psi_alert
+    assert psi[("score", "1h")] > alert, psi
+    over = sorted(name for (name, window), v in psi.items()
+                  if window == "1h" and name != "score" and v > alert)
+    assert over, psi
+    # `fraudstream watch` recomputes PSI from the pages' counts: the same values, marked alert
+    view = drift_view(samples, min_events=fresh_settings.drift_min_events,
+                      watch=fresh_settings.drift_psi_watch, alert=alert)
+    assert view is not None and view.worst == "alert"
+    shown = {row.series: row for row in view.rows}
+    assert shown["score"].psi["1h"] == psi[("score", "1h")]
+    assert shown["score"].levels["1h"] == "alert"
+    assert {name for name in over} <= {r.series for r in view.rows if r.levels["1h"] == "alert"}
+    # the 24 h window has seen one drifted hour in 24: it moves, far less
+    assert psi[("score", "24h")] < psi[("score", "1h")]
+    assert not math.isnan(psi[("score", "24h")])
+    _assert_online_equals_offline(samples, _offline(fresh_settings, lines))
