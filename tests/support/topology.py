@@ -114,8 +114,11 @@ class Topology:
                    timeout_s=30, what="the action service")
         return self.service
 
-    def start_worker(self, settings: Settings | None = None) -> Spawned:
-        worker = spawn_worker(settings or self.settings, self.tmp, name=f"w{len(self.workers)}")
+    def start_worker(self, settings: Settings | None = None, *, port: int | None = None
+                     ) -> Spawned:
+        """A new worker; `port` of a dead one: it finds that one's local card store."""
+        worker = spawn_worker(settings or self.settings, self.tmp, name=f"w{len(self.workers)}",
+                              port=port)
         self.workers.append(worker)
         return worker
 
