@@ -53,6 +53,13 @@ class FencedTable(faust.Table):
             held = tracked
         return -1 if held is None else held
 
+    def raw_get(self, key: bytes) -> bytes | None:
+        """The stored value of `key`, past Faust's mapping layers (the engine's read path)."""
+        data = self.data
+        if isinstance(data, CardDB):
+            return data._get(key)
+        return data.data.get(key)  # type: ignore[attr-defined, no-any-return]
+
     def store_cards(self, records: Sequence[tuple[bytes, bytes]],
                     offsets: Mapping[int, int]) -> None:
         """Store card records with the changelog offsets they are durable up to (one atomic
@@ -134,7 +141,7 @@ class TableCards:
         staged = self._staged.get(key)
         if staged is not None:
             return staged
-        return self.table.get(key)
+        return self.table.raw_get(key)
 
     def save(self, card_id: str, data: bytes, partition: int) -> None:
         self.table.store_cards([(card_id.encode(), data)], {})

@@ -379,7 +379,7 @@ def run_scenario(
     redelivery: float = 0.005,
     progress: bool = False,
     prepare: Callable[[Topology], None] | None = None,
-    store: str = "memory",
+    store: str = "rocksdb",
 ) -> ScenarioReport:
     """Start the topology, replay a generated log, inject `fault`, let it heal, check it all."""
     from tests.support.pipeline import lines_of, make_log
