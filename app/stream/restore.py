@@ -147,9 +147,9 @@ class ChangelogRestorer:
                         mine = [r for r in records if r.offset < ends[tp]]
                     if not mine:
                         continue
-                    # a partition the store held nothing of needs no look-ups: a record is
-                    # only ever fenced by one of its own partition
-                    kept, stale = fence(mine, target if held[tp.partition] >= 0 else None)
+                    # looked up even for a partition restored from nothing: an earlier fetch
+                    # of this same restore may hold a newer record than a late one here
+                    kept, stale = fence(mine, target)
                     target.write(kept, {tp.partition: mine[-1].offset})
                     done[tp.partition] = mine[-1].offset
                     count += len(mine)
