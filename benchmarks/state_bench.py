@@ -102,7 +102,7 @@ async def _served_after(settings: Settings, produce: list[tuple[str, bytes]], t0
         ends = await consumer.end_offsets(tps)
         for tp in tps:
             consumer.seek(tp, ends[tp])
-        for txn_id, value in produce:
+        for _txn_id, value in produce:
             card = orjson.loads(value)["card_id"].encode()
             await producer.send_and_wait(settings.topic(topics.TRANSACTIONS), value=value, key=card)
         missing = {txn_id for txn_id, _ in produce}

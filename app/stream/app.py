@@ -27,8 +27,8 @@ from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
 from app.stream.pipeline import TransactionPipeline
-from app.stream.restore import CardTableManager, ChangelogRestorer
 from app.stream.records import OutRecord
+from app.stream.restore import CardTableManager, ChangelogRestorer
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
 from app.stream.sink import BatchSink
