@@ -173,7 +173,8 @@ class Settings:
     card_cache: int = _env(
         "FRAUDSTREAM_CARD_CACHE",
         "Decoded card states a worker keeps between batches (least recently used let go "
-        "first; 0: no bound). Each costs about 1-3 KB of worker memory.",
+        "first; 0: no bound). Each costs about 7 KB of worker memory; a card outside it is "
+        "read from the store and decoded when it transacts.",
         50_000,
     )
     store_cache_mb: int = _env(

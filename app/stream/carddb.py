@@ -37,7 +37,7 @@ _FORMAT = b"fraudstream-cards-1"
 
 @dataclass(frozen=True, slots=True)
 class CardDBOptions:
-    """Memory bounds of the database (see docs/operations in the README)."""
+    """Memory bounds of the database (README, "Card state")."""
 
     #: LRU block cache shared by reads: the store's only read cache.
     block_cache_bytes: int = 64 << 20
