@@ -6,6 +6,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+#: The heading of state_bench's section of docs/benchmarks.md (written by hand from its output).
+STATE_SECTION = "## Card state at scale"
+
 
 def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[float],
                  latencies: dict[str, list[float]], hops: dict[str, list[float]], *,
@@ -112,10 +115,6 @@ Per hop, from the worker's `fraudstream_hop_seconds` histograms (bucket upper bo
 
 ![per-hop latency](benchmarks/hops.png)
 """ + kept)
-
-
-#: The heading of state_bench's section of docs/benchmarks.md (written by hand from its output).
-STATE_SECTION = "## Card state at scale"
 
 
 def write_live_load(docs: Path, raw: float, steps: list[Any], slo: float, *,
