@@ -164,7 +164,30 @@ class Settings:
     )
     web_port: int = _env("FRAUDSTREAM_WEB_PORT", "Worker web port (metrics, control).", 6066)
     store: StoreKind = _env(
-        "FRAUDSTREAM_STORE", "Faust table store for card state: memory|rocksdb.", "memory"
+        "FRAUDSTREAM_STORE",
+        "Card state store: rocksdb (one RocksDB database per worker under the state dir; a "
+        "restart reads only the changelog after the offsets it holds) or memory (restored "
+        "from the whole changelog on every start; tests and demos).",
+        "rocksdb",
+    )
+    card_cache: int = _env(
+        "FRAUDSTREAM_CARD_CACHE",
+        "Decoded card states a worker keeps between batches (least recently used let go "
+        "first; 0: no bound). Each costs about 7 KB of worker memory; a card outside it is "
+        "read from the store and decoded when it transacts.",
+        50_000,
+    )
+    store_cache_mb: int = _env(
+        "FRAUDSTREAM_STORE_CACHE_MB",
+        "RocksDB block cache of the card store (MiB): its only read cache; memtables add up "
+        "to 2 x 16 MiB.",
+        64,
+    )
+    standby_replicas: int = _env(
+        "FRAUDSTREAM_STANDBY_REPLICAS",
+        "Other workers that keep each partition's card state warm (read from its changelog), "
+        "to take it over without a restore when its worker dies.",
+        1,
     )
     max_message_bytes: int = _env(
         "FRAUDSTREAM_MAX_MESSAGE_BYTES",

@@ -6,6 +6,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+#: The heading of state_bench's section of docs/benchmarks.md (written by hand from its output).
+STATE_SECTION = "## Card state at scale"
+
 
 def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[float],
                  latencies: dict[str, list[float]], hops: dict[str, list[float]], *,
@@ -71,7 +74,14 @@ def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[f
                     f"{len(v):,} |" for name, v in latencies.items() if v)
     hop_rows = "\n".join(f"| {n} | ≤ {hops[n][0] * 1000:.1f} | ≤ {hops[n][1] * 1000:.1f} |"
                          for n in names)
-    (docs / "benchmarks.md").write_text(f"""# Benchmarks: one worker against the raw Kafka client
+    page = docs / "benchmarks.md"
+    # sections other benchmarks own (state_bench's "Card state at scale") are kept
+    kept = ""
+    if page.exists():
+        text = page.read_text()
+        at = text.find(STATE_SECTION)
+        kept = "\n" + text[at:] if at >= 0 else ""
+    page.write_text(f"""# Benchmarks: one worker against the raw Kafka client
 
 Written by `{command}` (see the script's docstring for the method). One 2-core machine runs
 the broker, the worker and the raw loop; every rate is taken from broker append timestamps.
@@ -104,7 +114,7 @@ Per hop, from the worker's `fraudstream_hop_seconds` histograms (bucket upper bo
 {hop_rows}
 
 ![per-hop latency](benchmarks/hops.png)
-""")
+""" + kept)
 
 
 def write_live_load(docs: Path, raw: float, steps: list[Any], slo: float, *,

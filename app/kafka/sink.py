@@ -83,6 +83,12 @@ class BatchSink:
         """Send entries to the given (topic, partition)s, a record batch per partition."""
         return [future for future, _ in await send_grouped(self._producer(), grouped)]
 
+    async def send_counted(self, grouped: Mapping[tuple[str, int], Sequence[Entry]]
+                           ) -> list[tuple[asyncio.Future[Any], int]]:
+        """`send_to`, each delivery future with the number of records its batch carries (the
+        last offset written is the batch's offset plus that count, minus one)."""
+        return await send_grouped(self._producer(), grouped)
+
 
 def _leaderless(cluster: Any, topics: Iterable[str]) -> list[str]:
     """`topic:partition` of every partition the cluster metadata shows without a leader."""

@@ -19,9 +19,10 @@ from app.kafka import topics
 from app.kafka.records import OutRecord
 from app.kafka.sink import BatchSink
 from app.scoring.registry import LoadedModel
-from app.security.kafka import faust_broker_credentials
+from app.security.kafka import faust_broker_credentials, kafka_client_kwargs
 from app.settings import Settings
 from app.stream import metrics
+from app.stream.carddb import CardDBOptions
 from app.stream.cardstore import TableCards, card_table
 from app.stream.checkpoint import Checkpoint
 from app.stream.consumer import broker_url, check_faust_version
@@ -30,6 +31,7 @@ from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
 from app.stream.listfeed import follow_lists, wait_ready
 from app.stream.pipeline import TransactionPipeline
+from app.stream.restore import CardTableManager, ChangelogRestorer
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
 from app.stream.shadow import follow_shadow, shadow_handler
@@ -38,6 +40,15 @@ from app.stream.watchdog import CommitWatchdog
 log = logging.getLogger(__name__)
 
 AgentName = Literal["score", "dispatch"]
+
+#: The card changelog is compacted (a cold restore reads about one record per card); its
+#: segments roll at 64 MiB or 10 minutes so that all but the newest can be compacted (the
+#: active segment never is), and the cleaner runs once 10 % of the log is superseded.
+CARD_CHANGELOG_CONFIGS = {
+    "segment.bytes": str(64 << 20),
+    "segment.ms": str(10 * 60 * 1000),
+    "min.cleanable.dirty.ratio": "0.1",
+}
 
 
 @dataclass
@@ -84,8 +95,10 @@ def create_app(
         settings.app_id,
         broker=broker_url(settings.effective_kafka_bootstrap),
         broker_credentials=faust_broker_credentials(settings),
-        store="rocksdb://" if settings.store == "rocksdb" else "memory://",
+        store="memory://",  # the card table chooses its own (card_table)
         datadir=str(datadir),
+        TableManager=CardTableManager,  # the card changelog is read ahead of Faust's recovery
+        table_standby_replicas=settings.standby_replicas,
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=settings.replication,
         key_serializer="raw",
@@ -110,7 +123,11 @@ def create_app(
     out_topics = {name: _raw_topic(app, settings.topic(name), settings)
                   for name in topics.PIPELINE_TOPICS if name != topics.TRANSACTIONS}
     source = _raw_topic(app, settings.topic(topics.TRANSACTIONS), settings)
-    card_state = card_table(app, settings.topic_partitions)
+    card_state = card_table(
+        app, settings.topic_partitions, store=f"{settings.store}://",
+        db_options=CardDBOptions(block_cache_bytes=settings.store_cache_mb << 20),
+        restorer=ChangelogRestorer(lambda: kafka_client_kwargs(settings)),
+        changelog_configs=CARD_CHANGELOG_CONFIGS)
     fraud = FraudApp(app, settings, out_topics, card_state)
     watchdog = CommitWatchdog([settings.topic(topics.TRANSACTIONS), settings.topic(topics.ACTIONS)],
                               stall_s=settings.commit_stall_s)
@@ -179,7 +196,8 @@ def create_app(
     cards = TableCards(card_state, sink)
     pipeline = TransactionPipeline(cards, clock_ms=clock,
                                    allowed_lateness_ms=settings.allowed_lateness_ms,
-                                   max_message_bytes=settings.max_message_bytes)
+                                   max_message_bytes=settings.max_message_bytes,
+                                   max_cached_cards=settings.card_cache)
     sequencer = PartitionSequencer(app)
     engine = ScoreEngine(
         app, pipeline, stage, sequencer,
@@ -189,7 +207,13 @@ def create_app(
 
     @app.page("/debug/consumer")
     async def consumer_page(web: Any, request: Any) -> Any:
+        recovery = app.tables.recovery
         return web.json({**app.consumer.state(), "sequencer": sequencer.state(),
+                         "cards": {"cached": pipeline.cached_cards,
+                                   "restored": card_state.restorer.restored,  # type: ignore[attr-defined]
+                                   "standby_lag": recovery.standby_remaining_total(),
+                                   "standbys": sorted(f"{tp.topic}:{tp.partition}"
+                                                      for tp in recovery.standby_tps)},
                          "checkpoint": {"in_flight": engine.checkpoint.in_flight,
                                         "completed": engine.checkpoint.completed}})
 

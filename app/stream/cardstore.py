@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import weakref
-from collections.abc import Iterable, Iterator, Mapping
-from types import SimpleNamespace
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import faust
-from faust.types import EventT
+from faust.types import TP, EventT
 
 from app.kafka.sink import BatchSink, Entry
 from app.stream import cardrecord
+from app.stream.carddb import CardDB, CardDBOptions
+from app.stream.restore import ChangelogRestorer, RestoreTarget
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +29,42 @@ class FencedTable(faust.Table):
     """
 
     skipped_stale = 0
+    #: set by `card_table`: the persistent store's bounds, and the fast changelog reader
+    card_db_options: CardDBOptions | None = None
+    restorer: ChangelogRestorer | None = None
+
+    def _new_store(self) -> Any:
+        if self.card_db_options is not None:
+            return CardDB(self._store, self.app, self, options=self.card_db_options,
+                          table_name=self.name, key_type=self.key_type,
+                          key_serializer=self.key_serializer,
+                          value_serializer=self.value_serializer,
+                          value_type=self.value_type, loop=self.loop)
+        return super()._new_store()
+
+    def restore_target(self) -> RestoreTarget:
+        data = self.data
+        return data if isinstance(data, CardDB) else _MemoryTarget(data)
+
+    def held_offset(self, tp: TP, tracked: int | None) -> int:
+        if isinstance(self.data, CardDB):
+            held = self.data.persisted_offset(tp)
+        else:  # the memory store holds what Faust has read into it this process
+            held = tracked
+        return -1 if held is None else held
+
+    def raw_get(self, key: bytes) -> bytes | None:
+        """The stored value of `key`, past Faust's mapping layers (the engine's read path)."""
+        data = self.data
+        if isinstance(data, CardDB):
+            return data._get(key)
+        return data.data.get(key)  # type: ignore[attr-defined, no-any-return]
+
+    def store_cards(self, records: Sequence[tuple[bytes, bytes]],
+                    offsets: Mapping[int, int]) -> None:
+        """Store card records with the changelog offsets they are durable up to (one atomic
+        batch on the persistent store; the memory store keeps no offsets)."""
+        self.restore_target().write(records, offsets)
 
     def apply_changelog_batch(self, batch: Iterable[EventT]) -> None:
         latest: dict[Any, bytes] = {}
@@ -52,60 +87,86 @@ class FencedTable(faust.Table):
         super().apply_changelog_batch(kept)
 
 
-def card_table(app: faust.App, partitions: int) -> FencedTable:
-    """The card_state table on `app`: card_id bytes → card record bytes (raw codecs)."""
+class _MemoryTarget:
+    """The memory store as a restore target (no persisted offsets: restored whole each start)."""
+
+    def __init__(self, store: Any) -> None:
+        self.data = store.data  # the memory store's dict: raw keys and values here
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        get = self.data.get
+        return [get(key) for key in keys]
+
+    def write(self, records: Sequence[tuple[bytes, bytes]], offsets: Mapping[int, int]) -> None:
+        self.data.update(records)
+
+    def drop(self) -> None:
+        self.data.clear()
+
+
+def card_table(app: faust.App, partitions: int, *, store: str = "memory://",
+               db_options: CardDBOptions | None = None,
+               restorer: ChangelogRestorer | None = None,
+               changelog_configs: Mapping[str, Any] | None = None) -> FencedTable:
+    """The card_state table on `app`: card_id bytes → card record bytes (raw codecs).
+
+    `store` "rocksdb://" holds it in app.stream.carddb (with `db_options`, defaults if None);
+    `restorer` reads the changelog ahead of Faust's recovery (app.stream.restore);
+    `changelog_configs` are topic configs of its compacted changelog."""
     table = FencedTable(app, name="card_state", default=None, beacon=app.tables.beacon,
-                        partitions=partitions, key_type=bytes, value_type=bytes)
+                        partitions=partitions, key_type=bytes, value_type=bytes, store=store,
+                        extra_topic_configs=dict(changelog_configs or {}))
+    if store.startswith("rocksdb"):
+        table.card_db_options = db_options or CardDBOptions()
+    table.restorer = restorer
     return app.tables.add(table)  # type: ignore[return-value]
-
-
-class _PartitionEvent:
-    """Stands for a source event of `partition` while a card is written into the store: Faust's
-    RocksDB store picks its per-partition database from the current event."""
-
-    __slots__ = ("message", "__weakref__")
-
-    def __init__(self, partition: int) -> None:
-        self.message = SimpleNamespace(partition=partition)
-
-
-@contextlib.contextmanager
-def _at_partition(partition: int) -> Iterator[None]:
-    from faust.streams import _current_event  # private, but it is what Stream itself sets
-
-    event = _PartitionEvent(partition)
-    token = _current_event.set(weakref.ref(event))  # type: ignore[arg-type]
-    try:
-        yield
-    finally:
-        _current_event.reset(token)
 
 
 class TableCards:
     """The card_state table as the engine's card store: read on a card's first sight, written
-    at checkpoints straight into the table's store and its changelog (one record per card,
-    to the source partition), bypassing Faust's per-write changelog buffer."""
+    at checkpoints: each card's record goes to the changelog (one per card, to the source
+    partition), and once the broker has acknowledged it, into the table's store together with
+    the changelog offsets now durable (never ahead of them; see app.stream.carddb).
 
-    def __init__(self, table: faust.Table, sink: BatchSink) -> None:
+    Between a snapshot (`stage`) and its store write, `load` answers from the staged records:
+    the engine's decoded-card cache may have let such a card go meanwhile."""
+
+    def __init__(self, table: FencedTable, sink: BatchSink) -> None:
         self.table = table
         self.sink = sink
+        self._staged: dict[bytes, bytes] = {}
 
     def load(self, card_id: str) -> bytes | None:
-        return self.table.get(card_id.encode())
+        key = card_id.encode()
+        staged = self._staged.get(key)
+        if staged is not None:
+            return staged
+        return self.table.raw_get(key)
 
     def save(self, card_id: str, data: bytes, partition: int) -> None:
-        with _at_partition(partition):
-            self.table.data[card_id.encode()] = data
+        self.table.store_cards([(card_id.encode(), data)], {})
+
+    def stage(self, cards: Mapping[bytes, tuple[int, bytes]]) -> None:
+        """A snapshot on its way to the store: what `load` answers for these cards until then."""
+        staged = self._staged
+        for key, (_, record) in cards.items():
+            staged[key] = record
 
     async def write(self, cards: Mapping[bytes, tuple[int, bytes]]) -> list[asyncio.Future[Any]]:
-        """Store each card's record and send it to the changelog; returns delivery futures."""
-        data = self.table.data
+        """Send each card's record to the changelog, wait for the broker, then store them with
+        the offsets now durable. Returns no futures: it is durable when it returns."""
         topic = self.table.changelog_topic.get_topic_name()
         grouped: dict[tuple[str, int], list[Entry]] = {}
         for key, (partition, record) in cards.items():
             grouped.setdefault((topic, partition), []).append((key, record, ()))
-        for (_, partition), entries in grouped.items():
-            with _at_partition(partition):  # once per partition: the store picks its database
-                for key, record, _ in entries:
-                    data[key] = record
-        return await self.sink.send_to(grouped)
+        offsets: dict[int, int] = {}
+        for future, count in await self.sink.send_counted(grouped):
+            meta = await future
+            last = meta.offset + count - 1  # a record batch's offset is its first record's
+            offsets[meta.partition] = max(last, offsets.get(meta.partition, -1))
+        self.table.store_cards([(key, record) for key, (_, record) in cards.items()], offsets)
+        staged = self._staged
+        for key, (_, record) in cards.items():
+            if staged.get(key) is record:  # a later snapshot's record stays staged
+                del staged[key]
+        return []

@@ -43,8 +43,11 @@ CardWrites = Mapping[bytes, tuple[int, bytes]]
 class CardWriter(Protocol):
     """Where card records become durable (the card_state table and its changelog)."""
 
+    def stage(self, cards: CardWrites) -> None:
+        """A snapshot taken, to be written later: reads of these cards must see it meanwhile."""
+
     async def write(self, cards: CardWrites) -> list[asyncio.Future[Any]]:
-        """Store the records and send their changelog; returns the delivery futures."""
+        """Send the records' changelog and store them; returns delivery futures still to wait."""
 
 
 @dataclass(slots=True)
@@ -105,6 +108,7 @@ class Checkpoint:
             raise
         self._steps.append(_Step(outputs, cards, messages))
         if cards is not None:
+            self._cards.stage(cards)
             self._sealed += 1
         self._idle.clear()
         self._wake.set()
@@ -113,6 +117,7 @@ class Checkpoint:
         """Give the newest batch, if it has none, the snapshot of the cards changed so far, so
         that every submitted batch can complete. Call it only between batches."""
         if self._steps and self._steps[-1].cards is None:
+            self._cards.stage(cards)
             self._steps[-1].cards = cards
             self._sealed += 1
             self._wake.set()

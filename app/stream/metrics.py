@@ -27,6 +27,15 @@ REREAD_SKIPPED: Final = Counter(
     "Messages read again after a crash or rebalance that card state already held and no longer "
     "remembers (their outputs were flushed the first time): nothing re-emitted.",
 )
+CARDS_CACHED: Final = Gauge(
+    "fraudstream_cards_cached",
+    "Decoded card states the score engine keeps between batches (bounded by "
+    "FRAUDSTREAM_CARD_CACHE).",
+)
+CARDS_RESTORED: Final = Counter(
+    "fraudstream_cards_restored_total",
+    "Card changelog records read back into the store ahead of Faust's recovery.",
+)
 REREAD_DROPPED: Final = Counter(
     "fraudstream_reread_dropped_total",
     "Messages read again after a rewind that this worker already processed in the same "

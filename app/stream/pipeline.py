@@ -77,13 +77,23 @@ class TransactionPipeline:
         clock_ms: Callable[[], int],
         allowed_lateness_ms: int,
         max_message_bytes: int,
+        max_cached_cards: int = 0,
     ) -> None:
+        if max_cached_cards < 0:
+            raise ValueError(f"max_cached_cards must be >= 0, got {max_cached_cards}")
         self.store = store
+        #: decoded states kept between batches, least recently used let go first (0: no bound)
+        self.max_cached_cards = max_cached_cards
         self.clock_ms = clock_ms
         self.allowed_lateness_ms = allowed_lateness_ms
         self.max_message_bytes = max_message_bytes
         self._cards: dict[str, _Card] = {}
         self._changed: dict[str, _Card] = {}  # changed since the last snapshot
+
+    @property
+    def cached_cards(self) -> int:
+        """Decoded card states held between batches."""
+        return len(self._cards)
 
     def forget(self) -> None:
         """Drop the decoded states (partitions moved): the next batch reads the store again."""
@@ -109,9 +119,10 @@ class TransactionPipeline:
                 out.records.append(rejected_record(
                     topics.TRANSACTIONS_DLQ, msg, code=rej.code, reason=rej.reason, field=rej.field))
                 continue
-            card = cards.get(txn.card_id)
+            card = cards.pop(txn.card_id, None)  # re-inserted: the dict's order is recency
             if card is None:
-                card = cards[txn.card_id] = self._load(txn.card_id)
+                card = self._load(txn.card_id)
+            cards[txn.card_id] = card
             if msg.partition == card.partition and msg.offset <= card.offset:
                 # read again (a crash or rebalance before the offset commit): already applied.
                 # Offsets compare only within a partition: a card whose messages come keyed
@@ -138,7 +149,25 @@ class TransactionPipeline:
                 out.scored.append(Scored(msg, txn, tuple(outcome.features), False))
         if snapshot:
             out.saves = self.snapshot()
+        if self.max_cached_cards and len(cards) > self.max_cached_cards:
+            self._trim()
         return out
+
+    def _trim(self) -> None:
+        """Let the least recently used decoded states go, down to the bound. A card changed
+        since the last snapshot stays (its only copy is here); one in a snapshot on its way
+        to the store is read back from the store's staged records (app.stream.cardstore)."""
+        cards, changed = self._cards, self._changed
+        excess = len(cards) - self.max_cached_cards
+        victims = []
+        for card_id in cards:  # oldest first
+            if card_id not in changed:
+                victims.append(card_id)
+                if len(victims) == excess:
+                    break
+        for card_id in victims:
+            del cards[card_id]
+        metrics.CARDS_CACHED.set(len(cards))
 
     def snapshot(self) -> dict[str, tuple[int, bytes]]:
         """The record of every card changed since the last snapshot: card_id → (source

@@ -70,6 +70,18 @@ def kill_worker_five_times(topo: Topology) -> None:
         topo.start_worker()
 
 
+def kill_worker_restart_in_place(topo: Topology) -> None:
+    """SIGKILL a worker three times, each time restarted on its own port: it finds its local
+    card store and reads only the changelog after the offsets it holds."""
+    rng = random.Random(7)
+    for fraction in sorted(rng.uniform(0.15, 0.8) for _ in range(3)):
+        _at(topo, fraction)
+        victim = rng.choice(topo.live_workers())
+        topo.mark_fault()
+        victim.kill()
+        topo.start_worker(port=victim.port)
+
+
 def kill_worker_for_good(topo: Topology) -> None:
     _at(topo, 0.3)
     topo.mark_fault()
@@ -348,9 +360,12 @@ SCENARIOS: dict[str, Scenario] = {
                                "transactions stream in at 5k/s"),
     "worker-dies": Scenario(kill_worker_for_good, kills=True,
                             about="SIGKILL one of two workers for good: the other takes over"),
-    # the same on the RocksDB card store (every other scenario runs on the memory store)
-    "worker-dies-rocksdb": Scenario(kill_worker_for_good, {"store": "rocksdb"}, kills=True,
-                                    about="worker-dies with the RocksDB card store"),
+    # the same on the memory card store (every other scenario runs on the default, RocksDB)
+    "worker-dies-memory": Scenario(kill_worker_for_good, {"store": "memory"}, kills=True,
+                                   about="worker-dies with the memory card store"),
+    "worker-kill-in-place": Scenario(kill_worker_restart_in_place, {"rate": 3_000.0},
+                                     kills=True, about="SIGKILL a worker three times, each "
+                                     "restarted on its own local card store (tail restore)"),
     # SIGTERM: a clean handover may re-read nothing, but hands over partitions with work left
     # 2,000/s: the log still flows at the second stop, after the first replacement has joined
     "rolling-restart": Scenario(rolling_restart, {"rate": 2_000.0},

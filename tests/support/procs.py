@@ -109,9 +109,12 @@ class Spawned:
 
 
 def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker",
-                 dispatch: bool = True, args: Sequence[str] = ()) -> Spawned:
-    """Start `fraudstream worker` for `settings` on a free web port (`args`: more options)."""
-    port = free_port()
+                 dispatch: bool = True, args: Sequence[str] = (),
+                 port: int | None = None) -> Spawned:
+    """Start `fraudstream worker` for `settings` on a free web port, or on `port` (a dead
+    worker's: its data directory, and so its local card store, is the same) (`args`: more
+    options)."""
+    port = port or free_port()
     argv = [sys.executable, "-m", "app.cli.main", "worker", "--web-port", str(port),
             "--loglevel", "INFO", "--dispatch" if dispatch else "--no-dispatch", *args]
     # the worker's data directory (worker-<port>) goes to the test's tmp dir, which pytest

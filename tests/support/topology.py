@@ -114,8 +114,11 @@ class Topology:
                    timeout_s=30, what="the action service")
         return self.service
 
-    def start_worker(self, settings: Settings | None = None) -> Spawned:
-        worker = spawn_worker(settings or self.settings, self.tmp, name=f"w{len(self.workers)}")
+    def start_worker(self, settings: Settings | None = None, *, port: int | None = None
+                     ) -> Spawned:
+        """A new worker; `port` of a dead one: it finds that one's local card store."""
+        worker = spawn_worker(settings or self.settings, self.tmp, name=f"w{len(self.workers)}",
+                              port=port)
         self.workers.append(worker)
         return worker
 
@@ -376,7 +379,7 @@ def run_scenario(
     redelivery: float = 0.005,
     progress: bool = False,
     prepare: Callable[[Topology], None] | None = None,
-    store: str = "memory",
+    store: str = "rocksdb",
 ) -> ScenarioReport:
     """Start the topology, replay a generated log, inject `fault`, let it heal, check it all."""
     from tests.support.pipeline import lines_of, make_log

@@ -32,6 +32,9 @@ class Broker:
         self.log.append(f"send {records}")
         return [fut]
 
+    def stage(self, cards: Any) -> None:
+        pass  # nothing is read back before it is written here
+
     async def write(self, cards: Any) -> list[asyncio.Future[None]]:
         fut = asyncio.get_running_loop().create_future()
         self.pending.append(("cards", dict(cards), fut))
@@ -215,6 +218,9 @@ async def run_until_abort(store: Store, durable: list[OutRecord], committed: lis
         return [fut]
 
     class Cards:
+        def stage(self, cards: Any) -> None:
+            pass  # nothing is read back before it is written here
+
         async def write(self, cards: Any) -> list[asyncio.Future[None]]:
             for key, (part, rec) in cards.items():
                 store.save(key.decode(), rec, part)

@@ -39,6 +39,9 @@ class Broker:
         self.outputs.append(len(records))
         return [_done()]
 
+    def stage(self, cards: Any) -> None:
+        pass  # nothing is read back before it is written here
+
     async def write(self, cards: Any) -> list[asyncio.Future[None]]:
         self.cards.append(set(cards))
         return [_done()]

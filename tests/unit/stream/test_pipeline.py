@@ -173,3 +173,34 @@ def test_another_partition_is_not_fenced(store: DictStore) -> None:
     other = [SourceMessage("transactions", 0, 0, b"k", txn(3))]
     out = p.run(other)
     assert [s.redelivered for s in out.scored] == [False]
+
+
+def test_a_bounded_card_cache_serves_the_same_features_as_an_unbounded_one() -> None:
+    """Cards let go from the decoded cache are read back from the store (or from a snapshot
+    staged on its way there): the features served are those of an unbounded cache."""
+    values = [txn(i, card=f"c{(i * 7) % 11}") for i in range(120)]
+    batches = [msgs(values[i:i + 9], start=i) for i in range(0, len(values), 9)]
+
+    def served(max_cached: int, snapshot_every: int) -> list[tuple[str, tuple[int | float, ...]]]:
+        store = DictStore()
+        pipe = TransactionPipeline(store, clock_ms=lambda: NOW, allowed_lateness_ms=300_000,
+                                   max_message_bytes=8192, max_cached_cards=max_cached)
+        staged: dict[str, tuple[int, bytes]] = {}
+        out = []
+        for n, batch in enumerate(batches):
+            result = pipe.process(batch, snapshot=n % snapshot_every == 0)
+            out += [(s.txn.txn_id, s.features) for s in result.scored]
+            # a snapshot reaches the store one batch later (it waits for the outputs)
+            for card_id, (part, record) in staged.items():
+                store.save(card_id, record, part)
+            staged = result.saves
+            assert max_cached == 0 or pipe.cached_cards <= max_cached + len(pipe._changed)
+            store.load = lambda card_id, _s=store, _st=staged: (  # type: ignore[method-assign]
+                _st[card_id][1] if card_id in _st else _s.data.get(card_id))
+        return out
+
+    unbounded = served(0, 1)
+    assert len(unbounded) == 120
+    for snapshot_every in (1, 3):
+        assert served(2, snapshot_every) == unbounded
+        assert served(5, snapshot_every) == unbounded

@@ -1,0 +1,210 @@
+"""The card_state table's persistent store: one RocksDB database per worker, offsets inside it.
+
+Faust's own RocksDB store keeps one database per partition, so a card id that arrives on two
+partitions is held twice and a read finds whichever database it opens first; here every card
+is held once, whatever partition wrote it (the record says which, app.stream.cardrecord).
+
+The changelog offset up to which the database holds a partition is stored in the database
+itself, in the same atomic write batch as the records it covers (`write`): RocksDB's WAL
+replays whole batches after a crash, so the stored offset is never ahead of the data (a
+restart reads only the changelog after it, app.stream.restore). A database that cannot be
+opened (corrupt, or written by an incompatible version) is moved aside and started empty:
+local state is a cache of the changelog, never the truth.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+from faust.stores import base
+from faust.types import TP, EventT
+
+log = logging.getLogger(__name__)
+
+#: Keys of the stored offsets; card ids never start with a NUL byte (the contract's alphabet).
+_OFFSET_PREFIX = b"\0offset\0"
+#: A format marker: a database without it (or with another) is not ours to trust.
+_FORMAT_KEY = b"\0format"
+_FORMAT = b"fraudstream-cards-1"
+
+
+@dataclass(frozen=True, slots=True)
+class CardDBOptions:
+    """Memory bounds of the database (README, "Card state")."""
+
+    #: LRU block cache shared by reads: the store's only read cache.
+    block_cache_bytes: int = 64 << 20
+    #: One memtable's size; at most `write_buffers` of them are held before flushing.
+    write_buffer_bytes: int = 16 << 20
+    write_buffers: int = 2
+    max_open_files: int = 256
+
+
+def _offset_key(partition: int) -> bytes:
+    return _OFFSET_PREFIX + str(partition).encode()
+
+
+def open_db(path: Path, options: CardDBOptions) -> rocksdict.Rdict:
+    """Open (create) the database at `path`; one that fails to open, other than for a lock
+    held by another process, or lacks our format marker, is moved aside and replaced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        db = _open(path, options)
+    except Exception as exc:
+        if "lock" in repr(exc).lower():
+            raise
+        _move_aside(path, repr(exc))
+        db = _open(path, options)
+    marker = db.get(_FORMAT_KEY)
+    if marker != _FORMAT:
+        if marker is not None or _has_data(db):
+            db.close()
+            _move_aside(path, f"format {marker!r}")
+            db = _open(path, options)
+        db.put(_FORMAT_KEY, _FORMAT)
+    return db
+
+
+def _has_data(db: rocksdict.Rdict) -> bool:
+    it = db.iter()
+    it.seek_to_first()
+    return bool(it.valid())
+
+
+def _move_aside(path: Path, why: str) -> None:
+    aside = path.with_name(f"{path.name}.unusable-{int(time.time())}")
+    log.warning("card store at %s unusable (%s): moved to %s; restoring from the changelog",
+                path, why, aside)
+    if path.exists():
+        shutil.rmtree(aside, ignore_errors=True)
+        path.rename(aside)
+
+
+def _open(path: Path, options: CardDBOptions) -> rocksdict.Rdict:
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_max_open_files(options.max_open_files)
+    opts.set_write_buffer_size(options.write_buffer_bytes)
+    opts.set_max_write_buffer_number(options.write_buffers)
+    table = rocksdict.BlockBasedOptions()
+    table.set_bloom_filter(10, False)
+    table.set_block_cache(rocksdict.Cache(options.block_cache_bytes))
+    # index and filter blocks inside the bounded cache, not beside it on the heap
+    table.set_cache_index_and_filter_blocks(True)
+    opts.set_block_based_table_factory(table)
+    return rocksdict.Rdict(str(path), options=opts)
+
+
+class CardDB(base.SerializedStore):
+    """A Faust store for the card_state table (raw bytes keys and values), see the module."""
+
+    def __init__(self, url: Any, app: Any, table: Any, *, options: CardDBOptions,
+                 **kwargs: Any) -> None:
+        super().__init__(url, app, table, **kwargs)
+        self.options = options
+        self.path = Path(app.conf.tabledir) / f"{table.name}.cards.rocksdb"
+        self._db: rocksdict.Rdict | None = None
+
+    @property
+    def db(self) -> rocksdict.Rdict:
+        if self._db is None:
+            self._db = open_db(self.path, self.options)
+        return self._db
+
+    # --- what the engine and the restore use ---------------------------------------------
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """Values of `keys` in one multi-get (None where absent)."""
+        return self.db[keys] if keys else []  # type: ignore[no-any-return]
+
+    def write(self, records: Iterable[tuple[bytes, bytes]], offsets: Mapping[int, int]) -> None:
+        """Store records and, in the same atomic batch, the changelog offset each partition
+        is now held up to (`offsets`: partition → last changelog offset these records cover)."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for key, value in records:
+            batch.put(key, value)
+        for partition, offset in offsets.items():
+            batch.put(_offset_key(partition), str(offset).encode())
+        self.db.write(batch)
+
+    def drop(self) -> None:
+        """Empty the store (local state found ahead of the changelog): restored from scratch."""
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # --- Faust's store interface ---------------------------------------------------------
+
+    def persisted_offset(self, tp: TP) -> int | None:
+        raw = self.db.get(_offset_key(tp.partition))
+        return int(raw) if raw is not None else None
+
+    def set_persisted_offset(self, tp: TP, offset: int) -> None:
+        self.db.put(_offset_key(tp.partition), str(offset).encode())
+
+    def apply_changelog_batch(self, batch: Iterable[EventT], to_key: Callable[[Any], Any],
+                              to_value: Callable[[Any], Any]) -> None:
+        records: list[tuple[bytes, bytes]] = []
+        offsets: dict[int, int] = {}
+        for event in batch:
+            msg = event.message
+            if msg.value is not None:  # the card log has no tombstones
+                records.append((msg.key, msg.value))
+            offsets[msg.partition] = max(msg.offset, offsets.get(msg.partition, -1))
+        self.write(records, offsets)
+
+    def _get(self, key: bytes) -> bytes | None:
+        return self.db.get(key)  # type: ignore[no-any-return]
+
+    def _set(self, key: bytes, value: bytes | None) -> None:
+        self.db.put(key, value)
+
+    def _del(self, key: bytes) -> None:
+        self.db.delete(key)
+
+    def _cards(self) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in self.db.items():
+            if not key.startswith(b"\0"):
+                yield key, value
+
+    def _iterkeys(self) -> Iterator[bytes]:
+        return (k for k, _ in self._cards())
+
+    def _itervalues(self) -> Iterator[bytes]:
+        return (v for _, v in self._cards())
+
+    def _iteritems(self) -> Iterator[tuple[bytes, bytes]]:
+        return self._cards()
+
+    def _size(self) -> int:
+        return sum(1 for _ in self._cards())
+
+    def _contains(self, key: bytes) -> bool:
+        return self.db.get(key) is not None
+
+    def _clear(self) -> None:
+        self.drop()
+
+    def reset_state(self) -> None:
+        self.drop()
+
+    async def on_stop(self) -> None:
+        self.close()
+
+    async def backup_partition(self, tp: Any, flush: bool = True, purge: bool = False,
+                               keep: int = 1) -> None:
+        raise NotImplementedError("the changelog is the card store's backup")
+
+    def restore_backup(self, tp: Any, latest: bool = True, backup_id: int = 0) -> None:
+        raise NotImplementedError("the changelog is the card store's backup")
