@@ -9,7 +9,6 @@ both scores and both policies' decisions. `model shadow --stop` publishes an emp
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -147,20 +146,16 @@ def shadow_handler(load: Callable[[str], LoadedModel], offer: Callable[[LoadedMo
                    ) -> Callable[[str | None], Awaitable[None]]:
     """Validate a published shadow version in a thread, then offer it; one that fails is
     refused and logged (the previous shadow, if any, keeps running)."""
-    from app.scoring.contract import ModelError
+    from app.stream.control import validated_model
 
     async def handle(version: str | None) -> None:
         if version is None:
             metrics.SHADOW_MODELS.labels("stopped").inc()
             offer(None)
             return
-        try:
-            model = await asyncio.to_thread(load, version)
-        except (ModelError, OSError, ValueError) as exc:
-            metrics.SHADOW_MODELS.labels("refused").inc()
-            log.error("shadow model %s refused: %s", version, exc)
-            return
-        metrics.SHADOW_MODELS.labels("accepted").inc()
-        offer(model)
+        model = await validated_model(load, version, metrics.SHADOW_MODELS,
+                                      "shadow model %s refused: %s")
+        if model is not None:
+            offer(model)
 
     return handle
