@@ -53,6 +53,16 @@ def _forbidden() -> web.Response:
     return error_reply(403, "this token is read-only", "Authorization")
 
 
+def _writer(request: web.Request) -> str | web.Response:
+    """The name of a full-access bearer token, else the 401 or 403 to answer."""
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    who = request.app[TOKENS].identify(given.strip()) if scheme.lower() == "bearer" else None
+    if who is None:
+        return _unauthorized()
+    access, by = who
+    return by if access == "write" else _forbidden()
+
+
 def card_ref(card_id: str) -> str:
     """A stable pseudonym of a card id for logs (card ids never appear in clear there)."""
     return hashlib.blake2b(card_id.encode(), digest_size=6, person=b"fs-card-log").hexdigest()
@@ -180,14 +190,9 @@ def decision_handler(decision: Decision):  # noqa: ANN201 - an aiohttp handler
     flight, 422 same key with another body), recorded with the token's name and the time."""
 
     async def post_decision(request: web.Request) -> web.Response:
-        header = request.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        who = request.app[TOKENS].identify(given.strip()) if scheme.lower() == "bearer" else None
-        if who is None:
-            return _unauthorized()
-        access, by = who
-        if access != "write":
-            return _forbidden()
+        by = _writer(request)
+        if isinstance(by, web.Response):
+            return by
         key = request.headers.get("Idempotency-Key", "")
         if not key:
             return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
@@ -244,14 +249,9 @@ def list_writer(handler):  # noqa: ANN001, ANN201 - an aiohttp handler
     """PUT/DELETE /v1/lists/{kind}/{entity_id}: full-access tokens only, recorded by name."""
 
     async def write_list(request: web.Request) -> web.Response:
-        header = request.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        who = request.app[TOKENS].identify(given.strip()) if scheme.lower() == "bearer" else None
-        if who is None:
-            return _unauthorized()
-        access, by = who
-        if access != "write":
-            return _forbidden()
+        by = _writer(request)
+        if isinstance(by, web.Response):
+            return by
         return await handler(request, by)
 
     return write_list

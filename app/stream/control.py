@@ -21,19 +21,25 @@ log = logging.getLogger(__name__)
 ACTIVE_MODEL_KEY: Final = b"active_model"
 
 
-async def publish_activation(settings: Settings, version: str) -> None:
-    """Record `version` as the model every worker should serve (compacted: latest wins)."""
+async def publish_control(settings: Settings, key: bytes, value: bytes) -> None:
+    """Write one record to the control topic's one partition (acks=all, idempotent; the topic is
+    compacted, so the latest record per key wins)."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(**kafka_client_kwargs(settings), acks="all",
                                 enable_idempotence=True)
     await start_or_close(producer)
     try:
-        value = orjson.dumps({"version": version, "activated_at_ms": time.time_ns() // 1_000_000})
-        await producer.send_and_wait(settings.topic(topics.CONTROL), value=value,
-                                     key=ACTIVE_MODEL_KEY, partition=0)
+        await producer.send_and_wait(settings.topic(topics.CONTROL), value=value, key=key,
+                                     partition=0)
     finally:
         await producer.stop()
+
+
+async def publish_activation(settings: Settings, version: str) -> None:
+    """Record `version` as the model every worker should serve (compacted: latest wins)."""
+    value = orjson.dumps({"version": version, "activated_at_ms": time.time_ns() // 1_000_000})
+    await publish_control(settings, ACTIVE_MODEL_KEY, value)
 
 
 async def latest_activation(settings: Settings) -> tuple[str | None, int]:

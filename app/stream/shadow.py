@@ -74,20 +74,10 @@ class ShadowStage:
 
 async def publish_shadow(settings: Settings, version: str | None) -> None:
     """Record `version` as every worker's shadow model (None: none); compacted, latest wins."""
-    from aiokafka import AIOKafkaProducer
+    from app.stream.control import publish_control
 
-    from app.kafka.inspect import start_or_close
-    from app.security.kafka import kafka_client_kwargs
-
-    producer = AIOKafkaProducer(**kafka_client_kwargs(settings), acks="all",
-                                enable_idempotence=True)
-    await start_or_close(producer)
-    try:
-        value = orjson.dumps({"version": version, "at_ms": time.time_ns() // 1_000_000})
-        await producer.send_and_wait(settings.topic(topics.CONTROL), value=value,
-                                     key=SHADOW_MODEL_KEY, partition=0)
-    finally:
-        await producer.stop()
+    value = orjson.dumps({"version": version, "at_ms": time.time_ns() // 1_000_000})
+    await publish_control(settings, SHADOW_MODEL_KEY, value)
 
 
 def shadow_version_of(value: bytes) -> tuple[bool, str | None]:
