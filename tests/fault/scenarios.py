@@ -23,7 +23,7 @@ from app.stack.manager import Stack
 from app.stack.redis_cluster import RedisCluster
 from app.stream.control import publish_activation
 from tests.support.brokers import leader_load, partitions
-from tests.support.procs import free_port, source_reads, wait_all_assigned, wait_until
+from tests.support.procs import Spawned, free_port, source_reads, wait_all_assigned, wait_until
 from tests.support.proxy import FaultProxy
 from tests.support.rollout import Rollout, add_shifted_version
 from tests.support.topology import Topology
@@ -58,6 +58,24 @@ def _actions_grew(topo: Topology) -> None:
                timeout_s=120, interval_s=0.05, what="a new action")
 
 
+def _kill_holding_work(topo: Topology, victim: Spawned) -> None:
+    """SIGKILL `victim` while it holds processed, uncommitted messages (acked since its last
+    1 s commit): the survivor must read them again, so the kill is sure to test redelivery.
+    Without this wait a kill could land just after a commit with nothing in flight."""
+
+    def holds_work() -> bool:
+        try:
+            parts = victim.debug("consumer")["partitions"]
+        except OSError:  # its web page busy or not up: ask again
+            return False
+        return any(p["acked"] for p in parts.values())
+
+    wait_until(holds_work, timeout_s=60, interval_s=0.02,
+               what=f"worker {victim.port} to hold acked, uncommitted messages")
+    topo.mark_fault()
+    victim.kill()
+
+
 def kill_worker_five_times(topo: Topology) -> None:
     rng = random.Random(5)
     for i, fraction in enumerate(sorted(rng.uniform(0.1, 0.85) for _ in range(5))):
@@ -77,15 +95,13 @@ def kill_worker_restart_in_place(topo: Topology) -> None:
     for fraction in sorted(rng.uniform(0.15, 0.8) for _ in range(3)):
         _at(topo, fraction)
         victim = rng.choice(topo.live_workers())
-        topo.mark_fault()
-        victim.kill()
+        _kill_holding_work(topo, victim)
         topo.start_worker(port=victim.port)
 
 
 def kill_worker_for_good(topo: Topology) -> None:
     _at(topo, 0.3)
-    topo.mark_fault()
-    topo.workers[0].kill()
+    _kill_holding_work(topo, topo.workers[0])
 
 
 def rolling_restart(topo: Topology) -> None:
