@@ -213,6 +213,7 @@ def restart_redis(topo: Topology) -> None:
     and the dispatcher retries them, then every effect is applied once."""
     stack = Stack(topo.settings)
     _at(topo, 0.3)
+    _actions_grew(topo)  # an action just produced: its POST is on its way as Redis stops
     topo.mark_fault()
     assert stack.redis.stop()
     assert stack.redis.start()
