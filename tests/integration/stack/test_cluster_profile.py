@@ -11,9 +11,10 @@ import pytest
 
 from app.kafka import topics
 from app.settings import load_settings
-from app.stack.kafka_cluster import describe_partitions
+from app.stack.kafka_cluster import PartitionState, describe_partitions
 from app.stack.manager import Stack, port_taken
 from app.stack.profile import remembered_profile
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,9 +47,19 @@ def test_cluster_profile_up_status_env_down() -> None:
             f"export REDIS_URL=redis+cluster://127.0.0.1:{REDIS_PORT}"]
         # every pipeline topic with replication 3, all replicas in sync
         settings = later.settings.replace(kafka_bootstrap=later.settings.local_kafka_bootstrap)
-        parts = asyncio.run(describe_partitions(
-            settings, [settings.topic(t) for t in (*topics.PIPELINE_TOPICS, topics.CONTROL)]))
-        assert len(parts) == 3 * len(topics.PIPELINE_TOPICS) + 1
+        names = [settings.topic(t) for t in (*topics.PIPELINE_TOPICS, topics.CONTROL)]
+        seen: list[list[PartitionState]] = []
+
+        def described() -> bool:
+            # a broker that has not yet applied the new topics' metadata answers with none of
+            # their partitions (CI saw 0 once right after `up`): ask until every one is there
+            seen.append(asyncio.run(describe_partitions(settings, names)))
+            return (len(seen[-1]) == 3 * len(topics.PIPELINE_TOPICS) + 1
+                    and all(len(p.replicas) == 3 and len(p.isr) == 3 for p in seen[-1]))
+
+        wait_until(described, timeout_s=30, interval_s=0.5,
+                   what="every pipeline topic's partitions described")
+        parts = seen[-1]
         assert all(len(p.replicas) == 3 and len(p.isr) == 3 for p in parts), parts
         assert len(later.down()) == 9
         assert not later.running()
