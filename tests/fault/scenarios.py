@@ -58,22 +58,42 @@ def _actions_grew(topo: Topology) -> None:
                timeout_s=120, interval_s=0.05, what="a new action")
 
 
-def _kill_holding_work(topo: Topology, victim: Spawned) -> None:
+def _kill_holding_work(topo: Topology, victim: Spawned, attempts: int = 50) -> None:
     """SIGKILL `victim` while it holds processed, uncommitted messages (acked since its last
     1 s commit): the survivor must read them again, so the kill is sure to test redelivery.
-    Without this wait a kill could land just after a commit with nothing in flight."""
 
-    def holds_work() -> bool:
+    Its page can show acked messages just before a commit takes them, so the victim is first
+    frozen (SIGSTOP: it commits nothing more), given 200 ms for a commit already on the wire
+    to land, and killed only once the group's committed offsets, asked of the broker, are
+    still at or below a message it acked. Otherwise it resumes (SIGCONT) and the wait goes on.
+    A frozen second is far inside the 10 s session timeout."""
+    source = topo.settings.topic(topics.TRANSACTIONS)
+
+    def acked_from() -> dict[str, int]:
+        """The victim's source partitions holding acked, uncommitted messages: the first."""
         try:
             parts = victim.debug("consumer")["partitions"]
         except OSError:  # its web page busy or not up: ask again
-            return False
-        return any(p["acked"] for p in parts.values())
+            return {}
+        return {tp: p["acked_min"] for tp, p in parts.items()
+                if tp.startswith(source + ":") and p["acked"] and p["acked_min"] is not None}
 
-    wait_until(holds_work, timeout_s=60, interval_s=0.02,
-               what=f"worker {victim.port} to hold acked, uncommitted messages")
-    topo.mark_fault()
-    victim.kill()
+    for _ in range(attempts):
+        held = wait_until(acked_from, timeout_s=60, interval_s=0.02,
+                          what=f"worker {victim.port} to hold acked, uncommitted messages")
+        os.kill(victim.pid, signal.SIGSTOP)
+        time.sleep(0.2)  # a commit request already sent is applied by the broker meanwhile
+        committed = asyncio.run(committed_offsets(topo.settings, topo.settings.app_id, source))
+        if any(committed.get(tp, 0) <= first for tp, first in held.items()):
+            topo.mark_fault()
+            victim.kill()
+            # partitions the survivor must read again from before the victim's acked messages
+            reread = sum(1 for tp, first in held.items() if committed.get(tp, 0) <= first)
+            topo.extra["killed_holding"] = int(topo.extra.get("killed_holding", 0)) + reread  # type: ignore[call-overload]
+            return
+        os.kill(victim.pid, signal.SIGCONT)  # a commit took them: try again
+    raise AssertionError(f"worker {victim.port} never held acked, uncommitted messages at a "
+                         f"freeze ({attempts} tries)")
 
 
 def kill_worker_five_times(topo: Topology) -> None:
