@@ -9,6 +9,7 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import faust
@@ -75,6 +76,12 @@ def _raw_topic(app: faust.App, name: str, settings: Settings) -> faust.TopicT:
     )
 
 
+def worker_datadir(settings: Settings, port: int | None) -> Path:
+    """A worker's data directory (its card store, its recorded group member): one per web port,
+    so a worker restarted on its port finds them."""
+    return settings.state_dir.resolve() / f"worker-{port or settings.web_port}"
+
+
 def create_app(
     settings: Settings,
     *,
@@ -89,7 +96,7 @@ def create_app(
     """Build the Faust app with the chosen agents. Nothing connects until a worker starts it."""
     check_faust_version()
     port = web_port or settings.web_port
-    datadir = settings.state_dir.resolve() / f"worker-{port}"
+    datadir = worker_datadir(settings, port)
     datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     app = faust.App(
         settings.app_id,

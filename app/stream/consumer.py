@@ -44,6 +44,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -55,6 +56,7 @@ from faust.utils.functional import consecutive_numbers
 from mode.utils.futures import notify
 
 from app.stream import metrics
+from app.stream.membership import remember_member
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +270,19 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 self._committed_offset[tp] = start
                 filled += 1
         return filled
+
+    async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        """Record this worker's group member id in its data directory first, so the next
+        process there removes it from the group at once after a crash (app.stream.membership)."""
+        coordinator = getattr(getattr(getattr(self, "_thread", None), "_consumer", None),
+                              "_coordinator", None)
+        member = getattr(coordinator, "member_id", None)
+        if member:
+            try:
+                remember_member(Path(self.app.conf.datadir), self.app.conf.id, member)
+            except OSError as exc:  # only a later restart is slower for it: say so, go on
+                log.warning("could not record the group member id: %r", exc)
+        await super().on_partitions_assigned(assigned, generation_id)
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         """Commit what is done on the revoked partitions before Faust forgets their acks."""

@@ -12,8 +12,9 @@ from app.kafka.topics import ensure_topics
 from app.scoring.contract import ModelError
 from app.scoring.registry import LoadedModel, ModelRegistry
 from app.settings import Settings
-from app.stream.app import AgentName, create_app
+from app.stream.app import AgentName, create_app, worker_datadir
 from app.stream.control import latest_activation
+from app.stream.membership import leave_for_predecessor
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ def run_worker(
 ) -> None:
     """Block running one worker until SIGTERM/SIGINT (Faust stops cleanly and commits)."""
     asyncio.run(ensure_topics(settings))
+    # a crashed predecessor on this data directory leaves the group now, not at its session end
+    membership = asyncio.run(leave_for_predecessor(settings, worker_datadir(settings, web_port)))
     model = None
     offset = 0
     shadow: tuple[LoadedModel | None, int] = (None, 0)
@@ -83,6 +86,13 @@ def run_worker(
         shadow = initial_shadow(settings, registry)
     fraud = create_app(settings, web_port=web_port, model=model, load_model=registry.load,
                        control_offset=offset, shadow=shadow, agents=agents)
+
+    @fraud.app.task
+    async def report_membership() -> None:  # pragma: no cover - end to end
+        # logged here, once Faust has set up the logging
+        level = logging.WARNING if membership.startswith("could not") else logging.INFO
+        log.log(level, "group membership at start: %s", membership)
+
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
