@@ -190,8 +190,13 @@ def run_store(store: str, base: Settings, lines: list[bytes], cards: list[str], 
             wait_all_assigned([a, b], source, timeout_s=180)
 
             def standbys_ready() -> bool:
+                # Faust's standby lag leaves out partitions it has read nothing of yet (offset
+                # -1), so it is 0 as the second worker joins. It restores its actives and its
+                # standbys (all the partitions, here) from nothing: at least the records the
+                # cold restore above read of the same changelog.
                 page = b.debug("consumer")["cards"]
-                return bool(page["standbys"]) and page["standby_lag"] == 0
+                return (bool(page["standbys"]) and page["standby_lag"] == 0
+                        and page["restored"] >= out["cold_records"])
 
             wait_until(standbys_ready, timeout_s=args.timeout, interval_s=0.5,
                        what="the second worker's standbys to catch up")
