@@ -84,12 +84,13 @@ def _kill_holding_work(topo: Topology, victim: Spawned, attempts: int = 50) -> N
         os.kill(victim.pid, signal.SIGSTOP)
         time.sleep(0.2)  # a commit request already sent is applied by the broker meanwhile
         committed = asyncio.run(committed_offsets(topo.settings, topo.settings.app_id, source))
-        if any(committed.get(tp, 0) <= first for tp, first in held.items()):
+        # partitions the survivor must read again from before the victim's acked messages
+        reread = sum(1 for tp, first in held.items() if committed.get(tp, 0) <= first)
+        if reread:
             topo.mark_fault()
             victim.kill()
-            # partitions the survivor must read again from before the victim's acked messages
-            reread = sum(1 for tp, first in held.items() if committed.get(tp, 0) <= first)
-            topo.extra["killed_holding"] = int(topo.extra.get("killed_holding", 0)) + reread  # type: ignore[call-overload]
+            before = int(topo.extra.get("killed_holding", 0))  # type: ignore[call-overload]
+            topo.extra["killed_holding"] = before + reread
             return
         os.kill(victim.pid, signal.SIGCONT)  # a commit took them: try again
     raise AssertionError(f"worker {victim.port} never held acked, uncommitted messages at a "
