@@ -32,7 +32,7 @@ from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
 from app.stream.listfeed import follow_lists, wait_ready
 from app.stream.pipeline import TransactionPipeline
-from app.stream.restore import CardTableManager, ChangelogRestorer
+from app.stream.restore import CardTableManager, ChangelogRestorer, standby_lag
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
 from app.stream.shadow import follow_shadow, shadow_handler
@@ -218,7 +218,7 @@ def create_app(
         return web.json({**app.consumer.state(), "sequencer": sequencer.state(),
                          "cards": {"cached": pipeline.cached_cards,
                                    "restored": card_state.restorer.restored,  # type: ignore[attr-defined]
-                                   "standby_lag": recovery.standby_remaining_total(),
+                                   "standby_lag": standby_lag(recovery),
                                    "standbys": sorted(f"{tp.topic}:{tp.partition}"
                                                       for tp in recovery.standby_tps)},
                          "checkpoint": {"in_flight": engine.checkpoint.in_flight,

@@ -47,6 +47,15 @@ class CardDBOptions:
     max_open_files: int = 256
 
 
+def _unlogged() -> rocksdict.WriteOptions:
+    opts = rocksdict.WriteOptions()
+    opts.disable_wal = True
+    return opts
+
+
+_UNLOGGED = _unlogged()
+
+
 def _offset_key(partition: int) -> bytes:
     return _OFFSET_PREFIX + str(partition).encode()
 
@@ -124,15 +133,24 @@ class CardDB(base.SerializedStore):
         """Values of `keys` in one multi-get (None where absent)."""
         return self.db[keys] if keys else []  # type: ignore[no-any-return]
 
-    def write(self, records: Iterable[tuple[bytes, bytes]], offsets: Mapping[int, int]) -> None:
+    def write(self, records: Iterable[tuple[bytes, bytes]], offsets: Mapping[int, int], *,
+              logged: bool = True) -> None:
         """Store records and, in the same atomic batch, the changelog offset each partition
-        is now held up to (`offsets`: partition → last changelog offset these records cover)."""
+        is now held up to (`offsets`: partition → last changelog offset these records cover).
+        `logged=False` leaves the batch out of the write-ahead log (a restore's bulk writes):
+        until `flush` a crash loses it, and every unlogged batch after it, records and offsets
+        together; nothing logged may be written before that `flush`."""
         batch = rocksdict.WriteBatch(raw_mode=True)
         for key, value in records:
             batch.put(key, value)
         for partition, offset in offsets.items():
             batch.put(_offset_key(partition), str(offset).encode())
-        self.db.write(batch)
+        self.db.write(batch, None if logged else _UNLOGGED)
+
+    def flush(self) -> None:
+        """Write the memtables to disk (what `write(logged=False)` left only in memory)."""
+        if self._db is not None:
+            self._db.flush(True)
 
     def drop(self) -> None:
         """Empty the store (local state found ahead of the changelog): restored from scratch."""

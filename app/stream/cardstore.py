@@ -97,8 +97,12 @@ class _MemoryTarget:
         get = self.data.get
         return [get(key) for key in keys]
 
-    def write(self, records: Sequence[tuple[bytes, bytes]], offsets: Mapping[int, int]) -> None:
+    def write(self, records: Sequence[tuple[bytes, bytes]], offsets: Mapping[int, int], *,
+              logged: bool = True) -> None:
         self.data.update(records)
+
+    def flush(self) -> None:
+        pass  # nothing outlives the process
 
     def drop(self) -> None:
         self.data.clear()

@@ -4,11 +4,22 @@ Faust's recovery hands every changelog record through its consumer, one event at
 (~7k records/s measured, issue 26). For the card table, just before Faust seeks its changelog
 consumer, `CardRecovery` reads each assigned changelog partition itself with a plain aiokafka
 consumer, from the offset after the one the store holds (app.stream.carddb) to the end
-offset, applying whole fetches at once (one multi-get, one write batch with the new offset).
-Faust then finds nothing left to read for actives and follows standbys from there on.
+offset, applying whole fetches at once (one write batch with the new offset), one partition
+after the other. Faust then finds nothing left to read for actives and follows standbys from
+there on.
 
 Every record is fenced as Faust's path is (app.stream.cardstore.FencedTable): one behind the
-value held for its card, in the same partition, is dropped.
+value held for its card, in the same partition, is dropped. A card's record goes to the
+changelog partition of the source partition its position names (app.stream.pipeline), and
+every store write of a partition's records carries that partition's offset, so for a
+partition the store holds nothing of, only records read earlier in the same restore can be
+ahead of a record: those are kept in memory (card → offset, bounded by `max_fenced`) and the
+store is not read at all. A record that breaks that rule, or a partition past the bound, is
+fenced against the store (one multi-get per fetch), as a partition restored from an offset is.
+
+A restore's writes skip the store's write-ahead log and the restore flushes the store before
+it returns or fails: a crash meanwhile loses a prefix-consistent tail of them (records and
+offsets together), and nothing written with the log afterwards can land ahead of them.
 """
 
 from __future__ import annotations
@@ -16,15 +27,16 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaClient, AIOKafkaConsumer, TopicPartition
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 from faust.types import TP
 
 from app.stream import metrics
+from app.stream.changelogread import RawReader, Unusual
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +49,13 @@ class RestoreTarget(Protocol):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """The values held for `keys` (None where absent)."""
 
-    def write(self, records: Sequence[tuple[bytes, bytes]], offsets: Mapping[int, int]) -> None:
-        """Store records and the changelog offset each partition is now held up to, atomically."""
+    def write(self, records: Iterable[tuple[bytes, bytes]], offsets: Mapping[int, int], *,
+              logged: bool = True) -> None:
+        """Store records and the changelog offset each partition is now held up to, atomically;
+        `logged=False` may leave them out of the write-ahead log until `flush`."""
+
+    def flush(self) -> None:
+        """Make every write so far durable."""
 
     def drop(self) -> None:
         """Forget everything held (found ahead of the changelog: not to be trusted)."""
@@ -93,25 +110,91 @@ def fence(records: Sequence[Any], target: RestoreTarget | None
     return kept, stale
 
 
+def fence_fresh(records: Sequence[Any], partition: int, seen: dict[bytes, int]
+                ) -> tuple[Iterable[tuple[bytes, bytes]], int] | None:
+    """`fence` for a changelog partition the store holds nothing of: against the offsets of
+    `partition` read earlier in the same restore (`seen`, updated), never the store. None when
+    a record names another source partition: `seen` is then no longer complete (drop it, and
+    fence with the store)."""
+    latest: dict[bytes, bytes] = {}
+    stale = 0
+    unpack = _POSITION.unpack_from
+    for rec in records:
+        value = rec.value
+        if value is None:
+            continue
+        source, offset = unpack(value)
+        if source != partition:
+            return None
+        key = rec.key
+        before = seen.get(key)
+        if before is not None and offset < before:
+            stale += 1
+            continue
+        seen[key] = offset
+        latest[key] = value
+    return latest.items(), stale
+
+
+class _Load:
+    """One partition's records on their way into the target: fenced, written, counted."""
+
+    def __init__(self, tp: TopicPartition, target: RestoreTarget, *, fresh: bool,
+                 max_fenced: int) -> None:
+        self.partition = tp.partition
+        self.target = target
+        self.seen: dict[bytes, int] | None = {} if fresh else None
+        self.max_fenced = max_fenced
+        self.last = -1
+        self.count = 0
+        self.stale = 0
+
+    def apply(self, records: Sequence[Any]) -> None:
+        """Fence and write `records` (changelog order, one partition), with their offset."""
+        if not records:
+            return
+        result = None
+        if self.seen is not None and len(self.seen) < self.max_fenced:
+            result = fence_fresh(records, self.partition, self.seen)
+        if result is None:
+            self.seen = None
+            result = fence(records, self.target)
+        kept, stale = result
+        self.last = records[-1].offset
+        self.target.write(kept, {self.partition: self.last}, logged=False)
+        self.count += len(records)
+        self.stale += stale
+
+
 class ChangelogRestorer:
     """Reads changelog partitions into a RestoreTarget (see the module)."""
 
     def __init__(self, client_kwargs: Callable[[], dict[str, Any]], *,
-                 max_records: int = 20_000, fetch_bytes: int = 64 << 20) -> None:
+                 max_records: int = 20_000, fetch_bytes: int = 64 << 20,
+                 max_fenced: int = 2_000_000, raw_fetch: bool = True) -> None:
         self._client_kwargs = client_kwargs
         self.max_records = max_records
+        #: cards of one partition whose offsets a restore from nothing keeps in memory (~120
+        #: bytes each while it runs); past it the rest of the partition is fenced by the store
+        self.max_fenced = max_fenced
         self.fetch_bytes = fetch_bytes
+        #: read with `RawReader` first (False: aiokafka's consumer only)
+        self.raw_fetch = raw_fetch
         self.restored = 0
         self.skipped_stale = 0
+        #: partitions the raw reader handed over to the consumer, and why (last few)
+        self.handed_over: list[str] = []
 
     async def restore(self, topic: str, held: Mapping[int, int],
                       target: RestoreTarget) -> dict[int, int]:
         """Bring each partition from `held[p]` (last offset the store holds, -1 for none) to the
         changelog's end offset as of now; returns partition → last offset now held."""
-        consumer = AIOKafkaConsumer(**self._client_kwargs(), enable_auto_commit=False,
+        kwargs = self._client_kwargs()
+        consumer = AIOKafkaConsumer(**kwargs, enable_auto_commit=False,
                                     auto_offset_reset="earliest",
                                     fetch_max_bytes=self.fetch_bytes,
                                     max_partition_fetch_bytes=self.fetch_bytes // 4)
+        client = AIOKafkaClient(**kwargs)
         await consumer.start()
         t0 = time.monotonic()
         done = dict(held)
@@ -130,36 +213,23 @@ class ChangelogRestorer:
                 target.drop()
                 held = dict.fromkeys(held, -1)
                 done = dict(held)
-            todo = set()
-            for p, tp in tps.items():
-                start = max(held[p] + 1, begins[tp])
-                if start < ends[tp]:
-                    consumer.seek(tp, start)
-                    todo.add(tp)
-                else:
-                    consumer.pause(tp)
-            while todo:
-                fetched = await consumer.getmany(*todo, timeout_ms=1000,
-                                                 max_records=self.max_records)
-                for tp, records in fetched.items():
-                    mine = records
-                    if records and records[-1].offset >= ends[tp]:  # written since we began
-                        mine = [r for r in records if r.offset < ends[tp]]
-                    if not mine:
-                        continue
-                    # looked up even for a partition restored from nothing: an earlier fetch
-                    # of this same restore may hold a newer record than a late one here
-                    kept, stale = fence(mine, target)
-                    target.write(kept, {tp.partition: mine[-1].offset})
-                    done[tp.partition] = mine[-1].offset
-                    count += len(mine)
-                    self.skipped_stale += stale
-                for tp in list(todo):
-                    if await consumer.position(tp) >= ends[tp]:
-                        todo.discard(tp)
-                        consumer.pause(tp)
+            consumer.pause(*tps.values())
+            raw = await self._raw_reader(client, topic)
+            for p, tp in sorted(tps.items()):
+                begin = max(held[p] + 1, begins[tp])
+                if begin < ends[tp]:
+                    load = _Load(tp, target, fresh=held[p] < 0, max_fenced=self.max_fenced)
+                    await self._partition(consumer, raw, tp, begin, ends[tp], load)
+                    if load.count:
+                        done[p] = load.last
+                        count += load.count
+                    self.skipped_stale += load.stale
         finally:
-            await consumer.stop()
+            try:
+                target.flush()
+            finally:
+                await client.close()
+                await consumer.stop()
         self.restored += count
         metrics.CARDS_RESTORED.inc(count)
         took = time.monotonic() - t0
@@ -167,6 +237,53 @@ class ChangelogRestorer:
             log.info("card state: restored %d changelog records of %d partitions in %.2fs "
                      "(%.0f records/s)", count, len(held), took, count / max(took, 1e-9))
         return done
+
+    async def _raw_reader(self, client: AIOKafkaClient, topic: str) -> RawReader | None:
+        if not self.raw_fetch:
+            return None
+        try:
+            await client.bootstrap()
+            await client.add_topic(topic)
+        except Exception as exc:  # the consumer alone reads, as it did before
+            self.handed_over.append(f"{topic}: {exc!r}")
+            return None
+        return RawReader(client, self.fetch_bytes // 4)
+
+    async def _partition(self, consumer: AIOKafkaConsumer, raw: RawReader | None,
+                         tp: TopicPartition, begin: int, end: int, load: _Load) -> None:
+        """Read `tp` from `begin` to `end` (exclusive) into `load`: with the raw reader, then
+        with the consumer from wherever the raw reader stopped."""
+        if raw is not None:
+            try:
+                begin = await raw.read(tp, begin, end, load)
+            except Unusual as exc:
+                why, begin = exc.args
+                self.handed_over = [*self.handed_over[-9:], f"{tp.topic}[{tp.partition}]@{begin}: {why}"]
+                log.warning("card state restore: %s[%d] from offset %d read by the consumer: %s",
+                            tp.topic, tp.partition, begin, why)
+        if begin >= end:
+            return
+        consumer.seek(tp, begin)
+        consumer.resume(tp)
+        try:
+            while await consumer.position(tp) < end:
+                fetched = await consumer.getmany(tp, timeout_ms=1000,
+                                                 max_records=self.max_records)
+                records = fetched.get(tp, [])
+                if records and records[-1].offset >= end:  # written since we began
+                    records = [r for r in records if r.offset < end]
+                load.apply(records)
+        finally:
+            consumer.pause(tp)
+
+
+def standby_lag(recovery: Any) -> int:
+    """Changelog records the standby partitions are behind. Faust's
+    `standby_remaining_total()` leaves out a partition it has read nothing of yet (offset -1),
+    so it reads 0 while a worker that has just joined still restores every standby."""
+    offsets = recovery.standby_offsets
+    return sum(max(highwater - max(offsets.get(tp, -1), -1), 0)
+               for tp, highwater in recovery.standby_highwaters.items() if highwater >= 0)
 
 
 class CardRecovery(Recovery):

@@ -1,10 +1,12 @@
 """The card changelog restore against a real broker: newest record per card, offsets held with
-the records, and a second restore reads only what was written after them."""
+the records, a second restore reads only what was written after them; the raw batch reader and
+aiokafka's consumer agree, and the consumer takes over wherever the raw reader stops."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -12,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
-from app.stream import cardrecord
+from app.stream import cardrecord, changelogread
 from app.stream.carddb import CardDBOptions, open_db
 from app.stream.restore import ChangelogRestorer
 
@@ -25,14 +27,22 @@ class Target:
     def __init__(self, path: Path) -> None:
         self.db = open_db(path, CardDBOptions())
         self.offsets: dict[int, int] = {}
+        self.reads: list[bytes] = []
+        self.flushes = 0
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        self.reads.extend(keys)
         return self.db[keys] if keys else []
 
-    def write(self, records: list[tuple[bytes, bytes]], offsets: dict[int, int]) -> None:
+    def write(self, records: list[tuple[bytes, bytes]], offsets: dict[int, int], *,
+              logged: bool = True) -> None:
         for key, value in records:
             self.db.put(key, value)
         self.offsets.update(offsets)
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self.db.flush(True)
 
     def drop(self) -> None:
         raise AssertionError("nothing here is ahead of the changelog")
@@ -57,26 +67,85 @@ async def _create(settings: Settings, topic: str) -> None:
         await admin.close()
 
 
+FIRST = [(0, b"a", cardrecord.pack(0, 10, b"a10")), (1, b"b", cardrecord.pack(1, 3, b"b3")),
+         (0, b"a", cardrecord.pack(0, 12, b"a12")),
+         (0, b"a", cardrecord.pack(0, 11, b"a11")),  # a late write from a lost owner
+         (1, b"c", cardrecord.pack(1, 4, b"c4"))]
+
+
+@pytest.mark.parametrize("raw_fetch", [True, False], ids=["raw-batches", "consumer"])
 def test_restore_reads_the_newest_record_per_card_then_only_the_tail(
-        fresh_settings: Settings, tmp_path: Path) -> None:
+        fresh_settings: Settings, tmp_path: Path, raw_fetch: bool) -> None:
     topic = fresh_settings.topic("card_state-changelog")
     asyncio.run(_create(fresh_settings, topic))
-    first = [(0, b"a", cardrecord.pack(0, 10, b"a10")), (1, b"b", cardrecord.pack(1, 3, b"b3")),
-             (0, b"a", cardrecord.pack(0, 12, b"a12")),
-             (0, b"a", cardrecord.pack(0, 11, b"a11")),  # a late write from a lost owner
-             (1, b"c", cardrecord.pack(1, 4, b"c4"))]
-    asyncio.run(_produce(fresh_settings, topic, first))
+    asyncio.run(_produce(fresh_settings, topic, FIRST))
     target = Target(tmp_path / "db")
-    restorer = ChangelogRestorer(lambda: kafka_client_kwargs(fresh_settings), max_records=2)
+    restorer = ChangelogRestorer(lambda: kafka_client_kwargs(fresh_settings), max_records=2,
+                                 raw_fetch=raw_fetch)
     held = asyncio.run(restorer.restore(topic, {0: -1, 1: -1}, target))
     assert held == {0: 2, 1: 1} and target.offsets == {0: 2, 1: 1}
     assert target.db.get(b"a") == cardrecord.pack(0, 12, b"a12")
     assert target.db.get(b"b") == cardrecord.pack(1, 3, b"b3")
     assert restorer.restored == 5 and restorer.skipped_stale == 1
+    # restored from nothing: fenced against what this restore read, the store never read
+    assert target.reads == [] and target.flushes == 1
+    assert restorer.handed_over == []
 
-    asyncio.run(_produce(fresh_settings, topic, [(1, b"b", cardrecord.pack(1, 9, b"b9"))]))
+    asyncio.run(_produce(fresh_settings, topic, [(1, b"b", cardrecord.pack(1, 9, b"b9")),
+                                                 (1, b"c", cardrecord.pack(1, 2, b"c2"))]))
     held = asyncio.run(restorer.restore(topic, held, target))
-    assert held == {0: 2, 1: 2}
-    assert restorer.restored == 6  # the tail only: one record
+    assert held == {0: 2, 1: 3}
+    assert restorer.restored == 7  # the tail only: two records
     assert target.db.get(b"b") == cardrecord.pack(1, 9, b"b9")
+    # from an offset: fenced against the store (c at 4 is held, c at 2 is behind it)
+    assert target.db.get(b"c") == cardrecord.pack(1, 4, b"c4")
+    assert sorted(target.reads) == [b"b", b"c"] and restorer.skipped_stale == 2
+    target.db.close()
+
+
+def test_a_record_of_another_partition_is_fenced_against_the_store(
+        fresh_settings: Settings, tmp_path: Path) -> None:
+    """A restore from nothing trusts its in-memory fence only while every record names its own
+    partition; one that does not sends the rest of the partition to the store's fence."""
+    topic = fresh_settings.topic("card_state-changelog")
+    asyncio.run(_create(fresh_settings, topic))
+    target = Target(tmp_path / "db")
+    target.db.put(b"x", cardrecord.pack(1, 50, b"x50"))  # held from partition 1's log
+    asyncio.run(_produce(fresh_settings, topic, [
+        (0, b"a", cardrecord.pack(0, 1, b"a1")), (0, b"x", cardrecord.pack(1, 40, b"x40"))]))
+    restorer = ChangelogRestorer(lambda: kafka_client_kwargs(fresh_settings))
+    asyncio.run(restorer.restore(topic, {0: -1}, target))
+    assert target.db.get(b"x") == cardrecord.pack(1, 50, b"x50")
+    assert target.db.get(b"a") == cardrecord.pack(0, 1, b"a1")
+    assert b"x" in target.reads and restorer.skipped_stale == 1
+    target.db.close()
+
+
+def test_the_consumer_takes_over_where_the_raw_reader_stops(
+        fresh_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = fresh_settings.topic("card_state-changelog")
+    asyncio.run(_create(fresh_settings, topic))
+    records = [(0, b"k%03d" % (i % 40), cardrecord.pack(0, i, b"v%d" % i)) for i in range(300)]
+    asyncio.run(_produce(fresh_settings, topic, records))
+    fetch = changelogread.RawReader._fetch
+    calls = 0
+
+    async def fails_on_the_second_fetch(self: Any, tp: Any, offset: int) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls >= 2:
+            raise changelogread.Unusual("NotLeaderForPartitionError")
+        return await fetch(self, tp, offset)
+
+    monkeypatch.setattr(changelogread.RawReader, "_fetch", fails_on_the_second_fetch)
+    # small fetches: the first response holds only part of the partition
+    restorer = ChangelogRestorer(lambda: kafka_client_kwargs(fresh_settings), fetch_bytes=4096)
+    target = Target(tmp_path / "db")
+    held = asyncio.run(restorer.restore(topic, {0: -1}, target))
+    assert held == {0: 299} and restorer.restored == 300
+    assert len(restorer.handed_over) == 1 and "NotLeader" in restorer.handed_over[0]
+    offset = int(restorer.handed_over[0].split("@")[1].split(":")[0])
+    assert 0 < offset < 300  # the raw reader applied a part, the consumer the rest
+    for i in range(260, 300):
+        assert target.db.get(b"k%03d" % (i % 40)) == cardrecord.pack(0, i, b"v%d" % i)
     target.db.close()

@@ -13,6 +13,7 @@ import faust
 import pytest
 
 from app.stream import cardrecord
+from app.stream.carddb import CardDBOptions
 from app.stream.cardstore import TableCards, card_table
 
 TableFactory = Callable[[str], faust.Table]
@@ -155,3 +156,41 @@ def test_an_unreadable_store_is_moved_aside_and_started_empty(tmp_path: Path) ->
     assert db.get(b"c1") == b"y"
     db.close()
     assert any(p.name.startswith("db.unusable-") for p in tmp_path.iterdir())
+
+
+_CRASH_AFTER_WRITES = """
+import os, sys
+import faust
+from app.stream.cardstore import card_table
+app = faust.App("crash", datadir=sys.argv[1], autodiscover=False)
+db = card_table(app, 4, store="rocksdb://").data
+db.write([(b"c1", b"logged")], {0: 10})
+db.write([(b"c2", b"unlogged")], {1: 20}, logged=False)
+if sys.argv[2] == "flush":
+    db.flush()
+os._exit(0)  # a crash: nothing closed, nothing flushed on the way out
+"""
+
+
+@pytest.mark.parametrize("flushed", [False, True], ids=["crash-before-flush", "flushed"])
+def test_an_unlogged_write_is_durable_only_once_flushed(tmp_path: Path, flushed: bool) -> None:
+    """A restore's writes skip the write-ahead log (app.stream.restore): a crash before the
+    restore's flush loses them, records and offsets together; after it they are kept."""
+    import subprocess
+    import sys
+
+    from app.stream.carddb import _offset_key, open_db
+
+    datadir = tmp_path / "crash"
+    subprocess.run([sys.executable, "-c", _CRASH_AFTER_WRITES, str(datadir),
+                    "flush" if flushed else "crash"], check=True, timeout=60,
+                   cwd=Path(__file__).resolve().parents[3])
+    db = open_db(next(datadir.rglob("card_state.cards.rocksdb")), CardDBOptions())
+    try:
+        assert db.get(b"c1") == b"logged" and db.get(_offset_key(0)) == b"10"
+        if flushed:
+            assert db.get(b"c2") == b"unlogged" and db.get(_offset_key(1)) == b"20"
+        else:
+            assert db.get(b"c2") is None and db.get(_offset_key(1)) is None
+    finally:
+        db.close()

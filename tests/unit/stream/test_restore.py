@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 
+from faust.types import TP
+
 from app.stream import cardrecord
-from app.stream.restore import fence
+from app.stream.restore import fence, fence_fresh, standby_lag
 
 
 class Held:
@@ -16,8 +18,12 @@ class Held:
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         return [self.data.get(k) for k in keys]
 
-    def write(self, records: Sequence[tuple[bytes, bytes]], offsets: Mapping[int, int]) -> None:
+    def write(self, records: Sequence[tuple[bytes, bytes]], offsets: Mapping[int, int], *,
+              logged: bool = True) -> None:
         self.data.update(records)
+
+    def flush(self) -> None:
+        pass
 
     def drop(self) -> None:
         self.data.clear()
@@ -39,3 +45,27 @@ def test_a_record_behind_the_held_value_is_dropped_another_partitions_replaces_i
     kept, stale = fence([rec(b"a", 1, 40), rec(b"b", 1, 5), rec(b"c", 1, 1)], held)
     assert dict(kept) == {b"b": cardrecord.pack(1, 5, b"s"), b"c": cardrecord.pack(1, 1, b"s")}
     assert stale == 1
+
+
+def test_a_fresh_partition_is_fenced_by_what_the_restore_read_before() -> None:
+    seen: dict[bytes, int] = {}
+    first = fence_fresh([rec(b"a", 3, 10), rec(b"b", 3, 11)], 3, seen)
+    assert first is not None and dict(first[0]) == {b"a": cardrecord.pack(3, 10, b"s"),
+                                                     b"b": cardrecord.pack(3, 11, b"s")}
+    # a later fetch: a is behind what an earlier fetch held (a late write of a lost owner)
+    second = fence_fresh([rec(b"a", 3, 9), rec(b"b", 3, 12), rec(b"b", 3, 12, b"t")], 3, seen)
+    assert second is not None
+    kept, stale = second
+    assert dict(kept) == {b"b": cardrecord.pack(3, 12, b"t")} and stale == 1
+    assert seen == {b"a": 10, b"b": 12}
+
+
+def test_a_record_naming_another_partition_leaves_the_fence_to_the_store() -> None:
+    assert fence_fresh([rec(b"a", 3, 10), rec(b"b", 4, 1)], 3, {}) is None
+
+
+def test_standby_lag_counts_a_partition_nothing_was_read_of() -> None:
+    a, b, c = TP("cl", 0), TP("cl", 1), TP("cl", 2)
+    recovery = SimpleNamespace(standby_highwaters={a: 99, b: 49, c: -1},
+                               standby_offsets={a: -1, b: 60, c: -1})
+    assert standby_lag(recovery) == 100  # a: all 100 records; b: caught up; c: empty
