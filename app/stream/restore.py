@@ -194,11 +194,11 @@ class ChangelogRestorer:
                                     auto_offset_reset="earliest",
                                     fetch_max_bytes=self.fetch_bytes,
                                     max_partition_fetch_bytes=self.fetch_bytes // 4)
-        client = AIOKafkaClient(**kwargs)
         await consumer.start()
         t0 = time.monotonic()
         done = dict(held)
         count = 0
+        raw = None
         try:
             tps = {p: TopicPartition(topic, p) for p in held}
             consumer.assign(list(tps.values()))
@@ -214,7 +214,7 @@ class ChangelogRestorer:
                 held = dict.fromkeys(held, -1)
                 done = dict(held)
             consumer.pause(*tps.values())
-            raw = await self._raw_reader(client, topic)
+            raw = await self._raw_reader(kwargs, topic)
             for p, tp in sorted(tps.items()):
                 begin = max(held[p] + 1, begins[tp])
                 if begin < ends[tp]:
@@ -228,8 +228,11 @@ class ChangelogRestorer:
             try:
                 target.flush()
             finally:
-                await client.close()
-                await consumer.stop()
+                try:
+                    if raw is not None:
+                        await raw.client.close()
+                finally:
+                    await consumer.stop()
         self.restored += count
         metrics.CARDS_RESTORED.inc(count)
         took = time.monotonic() - t0
@@ -238,14 +241,19 @@ class ChangelogRestorer:
                      "(%.0f records/s)", count, len(held), took, count / max(took, 1e-9))
         return done
 
-    async def _raw_reader(self, client: AIOKafkaClient, topic: str) -> RawReader | None:
+    async def _raw_reader(self, kwargs: dict[str, Any], topic: str) -> RawReader | None:
         if not self.raw_fetch:
             return None
+        client = None
         try:
+            client = AIOKafkaClient(**kwargs)
             await client.bootstrap()
             await client.add_topic(topic)
         except Exception as exc:  # the consumer alone reads, as it did before
             self.handed_over.append(f"{topic}: {exc!r}")
+            log.warning("card state restore: %s read by the consumer: %r", topic, exc)
+            if client is not None:
+                await client.close()
             return None
         return RawReader(client, self.fetch_bytes // 4)
 
