@@ -114,6 +114,10 @@ def _open(path: Path, options: CardDBOptions) -> rocksdict.Rdict:
 class CardDB(base.SerializedStore):
     """A Faust store for the card_state table (raw bytes keys and values), see the module."""
 
+    #: `write` stores a partition's offset with every batch of its records (the restore's
+    #: in-memory fence relies on it: app.stream.restore)
+    offsets_cover_records = True
+
     def __init__(self, url: Any, app: Any, table: Any, *, options: CardDBOptions,
                  **kwargs: Any) -> None:
         super().__init__(url, app, table, **kwargs)

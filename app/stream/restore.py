@@ -46,6 +46,10 @@ _POSITION = struct.Struct("<iq")
 class RestoreTarget(Protocol):
     """A store the restore writes into (app.stream.carddb.CardDB, or the memory store's adapter)."""
 
+    #: Every record of a partition it holds came with that partition's offset, so a partition
+    #: held at -1 holds no record (the in-memory fence applies to it, the store is not read).
+    offsets_cover_records: bool
+
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """The values held for `keys` (None where absent)."""
 
@@ -218,7 +222,8 @@ class ChangelogRestorer:
             for p, tp in sorted(tps.items()):
                 begin = max(held[p] + 1, begins[tp])
                 if begin < ends[tp]:
-                    load = _Load(tp, target, fresh=held[p] < 0, max_fenced=self.max_fenced)
+                    fresh = held[p] < 0 and target.offsets_cover_records
+                    load = _Load(tp, target, fresh=fresh, max_fenced=self.max_fenced)
                     await self._partition(consumer, raw, tp, begin, ends[tp], load)
                     if load.count:
                         done[p] = load.last

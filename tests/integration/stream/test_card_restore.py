@@ -24,6 +24,8 @@ pytestmark = pytest.mark.integration
 class Target:
     """A CardDB-like target over an open database (what the table hands the restorer)."""
 
+    offsets_cover_records = True
+
     def __init__(self, path: Path) -> None:
         self.db = open_db(path, CardDBOptions())
         self.offsets: dict[int, int] = {}
@@ -149,3 +151,23 @@ def test_the_consumer_takes_over_where_the_raw_reader_stops(
     for i in range(260, 300):
         assert target.db.get(b"k%03d" % (i % 40)) == cardrecord.pack(0, i, b"v%d" % i)
     target.db.close()
+
+
+def test_the_memory_store_is_fenced_by_what_it_holds_whatever_its_offsets_say(
+        fresh_settings: Settings) -> None:
+    """Faust's tracked offset can read -1 for a partition whose cards the memory store still
+    holds (assigned again in the same process): those are read, never trusted away."""
+    from types import SimpleNamespace
+
+    from app.stream.cardstore import _MemoryTarget
+
+    topic = fresh_settings.topic("card_state-changelog")
+    asyncio.run(_create(fresh_settings, topic))
+    asyncio.run(_produce(fresh_settings, topic, [(0, b"a", cardrecord.pack(0, 40, b"a40")),
+                                                 (0, b"b", cardrecord.pack(0, 41, b"b41"))]))
+    data = {b"a": cardrecord.pack(0, 50, b"a50")}
+    target = _MemoryTarget(SimpleNamespace(data=data))
+    restorer = ChangelogRestorer(lambda: kafka_client_kwargs(fresh_settings))
+    asyncio.run(restorer.restore(topic, {0: -1}, target))
+    assert data == {b"a": cardrecord.pack(0, 50, b"a50"), b"b": cardrecord.pack(0, 41, b"b41")}
+    assert restorer.skipped_stale == 1

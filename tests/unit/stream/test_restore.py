@@ -12,6 +12,8 @@ from app.stream.restore import fence, fence_fresh, standby_lag
 
 
 class Held:
+    offsets_cover_records = False
+
     def __init__(self, data: dict[bytes, bytes]) -> None:
         self.data = data
 
