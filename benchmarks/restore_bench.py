@@ -78,7 +78,7 @@ async def produce(client: dict[str, Any], topic: str, records: int, cards: int) 
         await admin.close()
     rng = random.Random(26)
     blob = rng.randbytes(1 << 16)
-    producer = AIOKafkaProducer(**client, linger_ms=20, max_batch_size=1 << 20)
+    producer = AIOKafkaProducer(**client, acks="all", linger_ms=20, max_batch_size=1 << 20)
     await producer.start()
     try:
         pending = []
