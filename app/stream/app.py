@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.actions.delivery import ActionDeliverer
 from app.scoring.registry import LoadedModel
-from app.security.kafka import faust_broker_credentials
+from app.security.kafka import faust_broker_credentials, kafka_client_kwargs
 from app.settings import Settings
 from app.stream import metrics, topics
 from app.stream.cardstore import TableCards, card_table
@@ -27,9 +27,11 @@ from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
 from app.stream.pipeline import TransactionPipeline
 from app.stream.records import OutRecord
+from app.stream.recovery import TransactionalTableManager
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
 from app.stream.sink import BatchSink
+from app.stream.txnsink import TransactionalSink
 from app.stream.watchdog import CommitWatchdog
 
 log = logging.getLogger(__name__)
@@ -100,7 +102,10 @@ def create_app(
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         autodiscover=False,
         topic_allow_declare=True,
+        **({"TableManager": TransactionalTableManager}
+           if settings.processing == "exactly_once" else {}),
     )
+    app.fraudstream_processing = settings.processing  # read by FraudConsumer
     out_topics = {name: _raw_topic(app, settings.topic(name), settings)
                   for name in topics.PIPELINE_TOPICS if name != topics.TRANSACTIONS}
     source = _raw_topic(app, settings.topic(topics.TRANSACTIONS), settings)
@@ -153,22 +158,32 @@ def create_app(
     app.fraudstream_chunk_topics = frozenset({*chunk_topics, source_name})
     sink = BatchSink(lambda: app.producer._ensure_producer(),
                      {name: settings.topic(name) for name in topics.PIPELINE_TOPICS})
-    cards = TableCards(card_state, sink)
+    txns: TransactionalSink | None = None
+    if settings.processing == "exactly_once":
+        txns = _transactional_sink(settings, source_name)
+        app.fraudstream_transactional_topics = frozenset({source_name})  # read by FraudConsumer
+        app.fraudstream_assign_hooks = [  # read by FraudConsumer: fence before reading
+            lambda assigned, generation: txns.assign(  # type: ignore[union-attr]
+                {tp.partition for tp in assigned if tp.topic == source_name}, generation)]
+    cards = TableCards(card_state, txns or sink)
     pipeline = TransactionPipeline(cards, clock_ms=clock,
                                    allowed_lateness_ms=settings.allowed_lateness_ms,
                                    max_message_bytes=settings.max_message_bytes)
     sequencer = PartitionSequencer(app)
     engine = ScoreEngine(
         app, pipeline, stage, sequencer,
-        lambda ack: Checkpoint(sink.send, cards, ack, max_in_flight=settings.max_in_flight,
-                               served=ScoreEngine.served),
+        lambda ack: Checkpoint((txns or sink).send, cards, ack,
+                               max_in_flight=settings.max_in_flight, served=ScoreEngine.served,
+                               transactions=txns),
         topic=source_name, max_batch=settings.max_batch, state_interval_s=settings.state_interval_ms / 1000)
 
     @app.page("/debug/consumer")
     async def consumer_page(web: Any, request: Any) -> Any:
         return web.json({**app.consumer.state(), "sequencer": sequencer.state(),
                          "checkpoint": {"in_flight": engine.checkpoint.in_flight,
-                                        "completed": engine.checkpoint.completed}})
+                                        "completed": engine.checkpoint.completed},
+                         "transactions": None if txns is None else {
+                             "owned": sorted(txns.owned), "commits": txns.commits}})
 
     @app.timer(interval=1.0)
     async def reseek_held_partitions() -> None:  # pragma: no cover - end to end
@@ -198,9 +213,30 @@ def create_app(
                 log.warning("partitions still without a leader: %s", ", ".join(leaderless))
         except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
             log.warning("output topics' metadata not fetched ahead (%r)", exc)
-        await engine.run()
+        try:
+            await engine.run()
+        finally:
+            if txns is not None:  # after the drain: what is still open is aborted
+                await asyncio.shield(txns.close())
 
     return fraud
+
+
+def _transactional_sink(settings: Settings, source_topic: str) -> TransactionalSink:
+    """exactly_once: the transactional producers, one per owned input partition."""
+    from aiokafka import AIOKafkaProducer
+
+    def make_producer(transactional_id: str) -> AIOKafkaProducer:
+        return AIOKafkaProducer(**kafka_client_kwargs(settings),
+                                client_id=transactional_id,
+                                transactional_id=transactional_id, enable_idempotence=True,
+                                acks="all", max_batch_size=1 << 18,
+                                linger_ms=settings.producer_linger_ms)
+
+    return TransactionalSink(make_producer,
+                             {name: settings.topic(name) for name in topics.PIPELINE_TOPICS},
+                             app_id=settings.app_id, source_topic=source_topic,
+                             group_id=settings.app_id)
 
 
 def _add_loop_monitor(app: faust.App, period_s: float = 0.1) -> None:

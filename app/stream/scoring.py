@@ -85,7 +85,7 @@ class ScoringStage:
             for action in actions:
                 metrics.ACTIONS_EMITTED.labels(action.type).inc()
                 out.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(), action.to_json(),
-                                     headers))
+                                     headers, item.source.partition))
         return out
 
     def _explain(self, scored: Sequence[Scored], matrix: np.ndarray, scores: np.ndarray
