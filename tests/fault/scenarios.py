@@ -382,3 +382,10 @@ SCENARIOS: dict[str, Scenario] = {
     "upstream-redelivery": Scenario(no_fault, {"redelivery": 0.05},
                                     about="5% of transactions delivered twice by the producer"),
 }
+
+#: The scenarios that also run with FRAUDSTREAM_PROCESSING=exactly_once (the README names them):
+#: a worker SIGKILLed for good (open transactions aborted by the new owner), a clean hand-over
+#: (revocation commits, the next owner fences), the dispatcher retrying through a dead action
+#: service over a transactional actions topic, and dead letters inside the transactions. The
+#: others would add their full time again to a CI run that must stay under 30 minutes.
+EXACTLY_ONCE_SCENARIOS = ("worker-dies", "rolling-restart", "service-kill", "poison")
