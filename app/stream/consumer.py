@@ -303,7 +303,13 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     def passed(self, tp: TP, offset: int) -> int:
         """The first offset at or after `offset` that is not a known gap (`_fill_gaps`): where
-        a reader expecting `offset` actually finds its next record."""
+        a reader expecting `offset` actually finds its next record. Gaps below the committed
+        offset are forgotten at the commit: the committed offset itself stands for them."""
+        if tp.topic not in self.gapped_topics:
+            return offset
+        committed = self._committed_offset.get(tp)
+        if committed is not None and offset < committed:
+            offset = committed
         gaps = self._gaps.get(tp)
         while gaps and offset in gaps:
             offset += 1
