@@ -36,7 +36,16 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline_bench import bench_stack, cpu_s, fresh, handled, pct, start_worker  # noqa: E402
+from pipeline_bench import (  # noqa: E402
+    bench_stack,
+    cpu_s,
+    fresh,
+    handled,
+    hop_quantiles,
+    pct,
+    scrape,
+    start_worker,
+)
 
 from app.security.kafka import kafka_client_kwargs  # noqa: E402
 from app.settings import Settings  # noqa: E402
@@ -142,6 +151,9 @@ class Step:
     p99: float
     within: float
     cpu_us: float
+    #: the worker's own view, p99 bucket bounds (ms): event → outputs acknowledged by the
+    #: broker, and event → served (exactly_once: its transaction committed)
+    hops: dict[str, float]
 
     @property
     def ok(self) -> bool:
@@ -161,6 +173,7 @@ def run_step(settings: Settings, mode: str, lines: list[bytes], rate: float, sec
         wait_until(lambda: handled(worker.port) >= n, timeout_s=120 + seconds, interval_s=0.25,
                    what="every transaction handled")
         cpu = cpu_s(worker.pid) - c0
+        hops = {h: q[1] * 1000 for h, q in hop_quantiles(scrape(worker.port)).items()}
         served = asyncio.run(read_topic(settings, settings.topic(topics.FEATURES_SERVED)))
         wait_until(lambda: len(tail.seen) >= len(served), timeout_s=60, interval_s=0.2,
                    what="the tailing reader to see every row")
@@ -177,7 +190,7 @@ def run_step(settings: Settings, mode: str, lines: list[bytes], rate: float, sec
               if appended[pos] >= first + COLD_S * 1000]
     return Step(mode, rate, len(steady), pct(steady, 0.5), pct(steady, 0.99),
                 sum(1 for v in steady if v <= BUDGET_MS) / max(1, len(steady)),
-                cpu / max(1, n) * 1e6)
+                cpu / max(1, n) * 1e6, hops)
 
 
 def slo_rate(steps: list[Step]) -> float:
@@ -232,7 +245,9 @@ def main(modes: str, txns: int, pairs: int, steps: str, seconds: float) -> None:
                     asyncio.run(drop_topics(settings))
                 results.append(step)
                 print(f"{mode:18s} {step.offered:9,.0f} {step.p50:7.1f} {step.p99:8.1f} "
-                      f"{step.within:8.1%} {step.cpu_us:6.1f} {step.rows:7d}", flush=True)
+                      f"{step.within:8.1%} {step.cpu_us:6.1f} {step.rows:7d}   worker p99: "
+                      f"acked ≤ {step.hops.get('outputs_acked', float('nan')):.0f} ms, served ≤ "
+                      f"{step.hops.get('event_to_served', float('nan')):.0f} ms", flush=True)
     for m in names:
         slo = slo_rate([s for s in results if s.mode == m])
         print(f"SLO rate {m:18s} (p99 ≤ {BUDGET_MS:.0f} ms, read at its isolation level): "
