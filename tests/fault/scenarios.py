@@ -73,7 +73,17 @@ def kill_worker_five_times(topo: Topology) -> None:
 def kill_worker_for_good(topo: Topology) -> None:
     _at(topo, 0.3)
     topo.mark_fault()
+    source = topo.settings.topic(topics.TRANSACTIONS)
+    read = source_reads(topo.workers[0], source)
     topo.workers[0].kill()
+    # messages the victim had read that its group had not committed: work the next owner redoes
+    # (exactly_once re-serves nothing, so this is the evidence there; a kill mid-commit whose
+    # EndTxn reached the coordinator leaves no aborted row to count)
+    committed = asyncio.run(committed_offsets(topo.settings, topo.settings.app_id, source))
+    topo.extra["victim_partitions"] = sum(1 for offset in read.values() if offset is not None)
+    topo.extra["unfinished_at_kill"] = sum(
+        max(0, offset + 1 - committed.get(tp, 0)) for tp, offset in read.items()
+        if offset is not None)
 
 
 def rolling_restart(topo: Topology) -> None:
