@@ -15,6 +15,7 @@ ScorerDevice = Literal["auto", "cpu", "cuda"]
 KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_SSL"]
 KafkaSaslMechanism = Literal["SCRAM-SHA-512", "PLAIN"]
 StackProfile = Literal["single", "cluster"]
+Processing = Literal["at_least_once", "exactly_once"]
 
 #: Brokers of the cluster profile's Kafka (each a combined KRaft broker+controller).
 KAFKA_CLUSTER_NODES = 3
@@ -188,6 +189,16 @@ class Settings:
         "Other workers that keep each partition's card state warm (read from its changelog), "
         "to take it over without a restore when its worker dies.",
         1,
+    )
+    processing: Processing = _env(
+        "FRAUDSTREAM_PROCESSING",
+        "at_least_once: outputs, card state and offsets made durable in that order (a crash can "
+        "leave a second copy of a served row or action in Kafka; effects stay exactly once by "
+        "idempotency key). exactly_once: each checkpoint is one Kafka transaction per input "
+        "partition holding the outputs, card changelog and input offsets, and every reader "
+        "reads read_committed (no duplicate row downstream; costs throughput and latency, "
+        "see docs/benchmarks.md).",
+        "at_least_once",
     )
     max_message_bytes: int = _env(
         "FRAUDSTREAM_MAX_MESSAGE_BYTES",
@@ -424,6 +435,12 @@ class Settings:
     )
 
     @property
+    def isolation_level(self) -> str:
+        """What every consumer of the pipeline's topics reads: committed data only in
+        exactly_once (aborted and still-open transactions' records are never seen)."""
+        return "read_committed" if self.processing == "exactly_once" else "read_uncommitted"
+
+    @property
     def profile(self) -> StackProfile:
         """The local stack's layout (single when FRAUDSTREAM_STACK_PROFILE is unset here)."""
         return self.stack_profile or "single"
@@ -487,7 +504,7 @@ _LITERALS: dict[str, Any] = {"StoreKind": StoreKind, "AppendFsync": AppendFsync,
                              "ScorerDevice": ScorerDevice,
                              "KafkaSecurityProtocol": KafkaSecurityProtocol,
                              "KafkaSaslMechanism": KafkaSaslMechanism,
-                             "StackProfile": StackProfile}
+                             "StackProfile": StackProfile, "Processing": Processing}
 
 
 def _coerce(raw: str, f: dataclasses.Field[Any]) -> Any:

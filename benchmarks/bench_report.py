@@ -83,6 +83,12 @@ def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[f
         kept = "\n" + text[at:] if at >= 0 else ""
     page.write_text(f"""# Benchmarks: one worker against the raw Kafka client
 
+Live load (steady offered rates, the SLO rate within 50 ms, overload and recovery): see
+[benchmarks/live-load.md](benchmarks/live-load.md). at_least_once against exactly_once (backlog
+rate and live latency in the same run, when to choose which): see
+[benchmarks/processing.md](benchmarks/processing.md). This page is the backlog run of
+`benchmarks/pipeline_bench.py`.
+
 Written by `{command}` (see the script's docstring for the method). One 2-core machine runs
 the broker, the worker and the raw loop; every rate is taken from broker append timestamps.
 

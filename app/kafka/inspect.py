@@ -68,6 +68,7 @@ async def topic_sizes(settings: Settings, names: Iterable[str]) -> dict[str, int
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
+                                isolation_level=settings.isolation_level,
                                 enable_auto_commit=False)
     await start_or_close(consumer)
     try:
@@ -81,10 +82,12 @@ async def topic_sizes(settings: Settings, names: Iterable[str]) -> dict[str, int
 
 
 async def read_topic(settings: Settings, topic: str, *, timeout_s: float = 60.0) -> list[Record]:
-    """Every message of `topic` from the beginning up to its end offsets at call time."""
+    """Every message of `topic` from the beginning up to its end offsets at call time (in
+    exactly_once: committed messages only, up to the last stable offset)."""
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
+                                isolation_level=settings.isolation_level,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 max_partition_fetch_bytes=4 * 1024 * 1024)
     await start_or_close(consumer)
@@ -109,7 +112,10 @@ async def read_topic(settings: Settings, topic: str, *, timeout_s: float = 60.0)
                         records.append(Record(m.topic, m.partition, m.offset, m.key, m.value,
                                               {k: v.decode("utf-8", "replace")
                                                for k, v in (m.headers or ())}, m.timestamp))
-                if tp in remaining and msgs and msgs[-1].offset + 1 >= ends[tp]:
+            # the fetch position, not the last record: read_committed is never handed the
+            # commit markers and aborted records a transactional topic ends with
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
                     del remaining[tp]
         return records
     finally:
@@ -122,6 +128,7 @@ async def group_lag(settings: Settings, group: str, topic: str) -> int:
 
     async with admin_client(settings) as admin:
         consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
+                                    isolation_level=settings.isolation_level,
                                     enable_auto_commit=False)
         await start_or_close(consumer)
         try:

@@ -30,12 +30,15 @@ class SourceMessage:
 
 @dataclass(frozen=True, slots=True)
 class OutRecord:
-    """One message to produce: `topic` is the logical name (see app.kafka.topics)."""
+    """One message to produce: `topic` is the logical name (see app.kafka.topics);
+    `source_partition`, the input partition of the message it was produced for, names the
+    Kafka transaction that carries it in exactly_once (app.stream.txnsink)."""
 
     topic: str
     key: bytes | None
     value: bytes
     headers: Headers = ()
+    source_partition: int | None = None
 
 
 def rejected_record(
@@ -54,7 +57,7 @@ def rejected_record(
     ]
     if field is not None:
         headers.append((H_FIELD, field.encode()))
-    return OutRecord(topic, source.key, source.value, tuple(headers))
+    return OutRecord(topic, source.key, source.value, tuple(headers), source.partition)
 
 
 def header_map(headers: object) -> dict[str, str]:

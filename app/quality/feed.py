@@ -78,6 +78,7 @@ class QualityFeed:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         consumer = AIOKafkaConsumer(**kafka_client_kwargs(self.settings),
+                                    isolation_level=self.settings.isolation_level,
                                     enable_auto_commit=False, auto_offset_reset="earliest",
                                     max_partition_fetch_bytes=4 * 1024 * 1024)
         await start_or_close(consumer)

@@ -32,10 +32,12 @@ from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
 from app.stream.listfeed import follow_lists, wait_ready
 from app.stream.pipeline import TransactionPipeline
+from app.stream.recovery import TransactionalTableManager
 from app.stream.restore import CardTableManager, ChangelogRestorer, standby_lag
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
 from app.stream.shadow import follow_shadow, shadow_handler
+from app.stream.txnsink import TransactionalSink
 from app.stream.watchdog import CommitWatchdog
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,10 @@ def create_app(
         broker_credentials=faust_broker_credentials(settings),
         store="memory://",  # the card table chooses its own (card_table)
         datadir=str(datadir),
-        TableManager=CardTableManager,  # the card changelog is read ahead of Faust's recovery
+        # the card changelog is read ahead of Faust's recovery; in exactly_once a changelog
+        # partition also counts as read once only commit markers are left (app.stream.recovery)
+        TableManager=(TransactionalTableManager if settings.processing == "exactly_once"
+                      else CardTableManager),
         table_standby_replicas=settings.standby_replicas,
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=settings.replication,
@@ -127,13 +132,17 @@ def create_app(
         autodiscover=False,
         topic_allow_declare=True,
     )
+    app.fraudstream_processing = settings.processing  # read by FraudConsumer
     out_topics = {name: _raw_topic(app, settings.topic(name), settings)
                   for name in topics.PIPELINE_TOPICS if name != topics.TRANSACTIONS}
     source = _raw_topic(app, settings.topic(topics.TRANSACTIONS), settings)
     card_state = card_table(
         app, settings.topic_partitions, store=f"{settings.store}://",
         db_options=CardDBOptions(block_cache_bytes=settings.store_cache_mb << 20),
-        restorer=ChangelogRestorer(lambda: kafka_client_kwargs(settings)),
+        restorer=ChangelogRestorer(
+            lambda: kafka_client_kwargs(settings), isolation_level=settings.isolation_level,
+            # the raw reader would apply aborted transactions' records: committed ones only
+            raw_fetch=settings.processing != "exactly_once"),
         changelog_configs=CARD_CHANGELOG_CONFIGS)
     fraud = FraudApp(app, settings, out_topics, card_state)
     watchdog = CommitWatchdog([settings.topic(topics.TRANSACTIONS), settings.topic(topics.ACTIONS)],
@@ -200,7 +209,14 @@ def create_app(
     app.fraudstream_chunk_topics = frozenset({*chunk_topics, source_name})
     sink = BatchSink(lambda: app.producer._ensure_producer(),
                      {name: settings.topic(name) for name in topics.PIPELINE_TOPICS})
-    cards = TableCards(card_state, sink)
+    txns: TransactionalSink | None = None
+    if settings.processing == "exactly_once":
+        txns = _transactional_sink(settings, source_name)
+        app.fraudstream_transactional_topics = frozenset({source_name})  # read by FraudConsumer
+        app.fraudstream_assign_hooks = [  # read by FraudConsumer: fence before reading
+            lambda assigned, generation: txns.assign(  # type: ignore[union-attr]
+                {tp.partition for tp in assigned if tp.topic == source_name}, generation)]
+    cards = TableCards(card_state, txns or sink)
     pipeline = TransactionPipeline(cards, clock_ms=clock,
                                    allowed_lateness_ms=settings.allowed_lateness_ms,
                                    max_message_bytes=settings.max_message_bytes,
@@ -208,8 +224,9 @@ def create_app(
     sequencer = PartitionSequencer(app)
     engine = ScoreEngine(
         app, pipeline, stage, sequencer,
-        lambda ack: Checkpoint(sink.send, cards, ack, max_in_flight=settings.max_in_flight,
-                               served=ScoreEngine.served),
+        lambda ack: Checkpoint((txns or sink).send, cards, ack,
+                               max_in_flight=settings.max_in_flight, served=ScoreEngine.served,
+                               transactions=txns),
         topic=source_name, max_batch=settings.max_batch, state_interval_s=settings.state_interval_ms / 1000)
 
     @app.page("/debug/consumer")
@@ -222,7 +239,9 @@ def create_app(
                                    "standbys": sorted(f"{tp.topic}:{tp.partition}"
                                                       for tp in recovery.standby_tps)},
                          "checkpoint": {"in_flight": engine.checkpoint.in_flight,
-                                        "completed": engine.checkpoint.completed}})
+                                        "completed": engine.checkpoint.completed},
+                         "transactions": None if txns is None else {
+                             "owned": sorted(txns.owned), "commits": txns.commits}})
 
     @app.timer(interval=1.0)
     async def reseek_held_partitions() -> None:  # pragma: no cover - end to end
@@ -253,9 +272,30 @@ def create_app(
         except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
             log.warning("output topics' metadata not fetched ahead (%r)", exc)
         await wait_ready(lists_read)  # no transaction is decided without the lists
-        await engine.run()
+        try:
+            await engine.run()
+        finally:
+            if txns is not None:  # after the drain: what is still open is aborted
+                await asyncio.shield(txns.close())
 
     return fraud
+
+
+def _transactional_sink(settings: Settings, source_topic: str) -> TransactionalSink:
+    """exactly_once: the transactional producers, one per owned input partition."""
+    from aiokafka import AIOKafkaProducer
+
+    def make_producer(transactional_id: str) -> AIOKafkaProducer:
+        return AIOKafkaProducer(**kafka_client_kwargs(settings),
+                                client_id=transactional_id,
+                                transactional_id=transactional_id, enable_idempotence=True,
+                                acks="all", max_batch_size=1 << 18,
+                                linger_ms=settings.producer_linger_ms)
+
+    return TransactionalSink(make_producer,
+                             {name: settings.topic(name) for name in topics.PIPELINE_TOPICS},
+                             app_id=settings.app_id, source_topic=source_topic,
+                             group_id=settings.app_id)
 
 
 def _add_loop_monitor(app: faust.App, period_s: float = 0.1) -> None:

@@ -172,9 +172,18 @@ class TableCards:
             meta = await future
             last = meta.offset + count - 1  # a record batch's offset is its first record's
             offsets[meta.partition] = max(last, offsets.get(meta.partition, -1))
+        after_commit = getattr(self.sink, "after_commit", None)
+        if after_commit is not None:
+            # exactly_once: the store takes only what the transaction committed, or a crash
+            # before the commit would leave it holding states the changelog never got
+            after_commit(lambda: self._store(cards, offsets))
+        else:
+            self._store(cards, offsets)
+        return []
+
+    def _store(self, cards: Mapping[bytes, tuple[int, bytes]], offsets: dict[int, int]) -> None:
         self.table.store_cards([(key, record) for key, (_, record) in cards.items()], offsets)
         staged = self._staged
         for key, (_, record) in cards.items():
             if staged.get(key) is record:  # a later snapshot's record stays staged
                 del staged[key]
-        return []

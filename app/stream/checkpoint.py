@@ -20,6 +20,14 @@ their outputs are all acknowledged first, then one changelog record per card (it
 then all their messages are acked. A batch waiting only for a later snapshot no longer counts
 as in flight (its outputs are acknowledged), so the bound is on outputs the broker has not
 acknowledged yet.
+
+exactly_once (`transactions` given, app.stream.txnsink): outputs go into the open Kafka
+transaction of their input partition as they are sent; each snapshot cuts those transactions
+off from later outputs, and its durable point is their commit, holding the outputs, the card
+changelog records and the input offsets at once. A durable point then completes the batches up
+to the first snapshot not yet committed (each snapshot's transactions commit in turn), `served`
+is told at the commit (what read_committed readers see), and the ack only records locally what
+the transaction committed.
 """
 
 from __future__ import annotations
@@ -40,6 +48,17 @@ log = logging.getLogger(__name__)
 CardWrites = Mapping[bytes, tuple[int, bytes]]
 
 
+class Transactions(Protocol):
+    """exactly_once: the Kafka transactions of the input partitions (app.stream.txnsink)."""
+
+    def cut(self, partitions: Iterable[int]) -> Any:
+        """Close the open transactions to later outputs; what the next `commit` commits."""
+
+    async def commit(self, cut: Any, offsets: Mapping[Any, int],
+                     write_cards: Callable[[], Awaitable[list[asyncio.Future[Any]]]]) -> None:
+        """Add the card changelog and the input offsets to the cut's transactions, commit."""
+
+
 class CardWriter(Protocol):
     """Where card records become durable (the card_state table and its changelog)."""
 
@@ -57,6 +76,8 @@ class _Step:
     cards: CardWrites | None
     messages: Sequence[Any]
     submitted: float = field(default_factory=time.perf_counter)
+    #: exactly_once: the transactions this step's snapshot commits
+    cut: Any = None
 
 
 class CheckpointFailed(RuntimeError):
@@ -72,13 +93,16 @@ class Checkpoint:
     def __init__(self, send: Callable[[Any], Awaitable[list[asyncio.Future[Any]]]],
                  cards: CardWriter, ack: Callable[[Iterable[Any]], None], *,
                  max_in_flight: int = 4,
-                 served: Callable[[Sequence[Any]], None] | None = None) -> None:
+                 served: Callable[[Sequence[Any]], None] | None = None,
+                 transactions: Transactions | None = None) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self._send = send
         self._cards = cards
         self._ack = ack
         self._served = served
+        self._txns = transactions
+        self._uncut: set[int] = set()  # input partitions of the batches since the last cut
         self._steps: deque[_Step] = deque()
         self._acked_outputs = 0  # leading steps whose outputs the broker has acknowledged
         self._sealed = 0  # steps carrying a snapshot, not yet completed
@@ -106,10 +130,14 @@ class Checkpoint:
         except BaseException:
             self._space.release()
             raise
-        self._steps.append(_Step(outputs, cards, messages))
+        step = _Step(outputs, cards, messages)
+        self._steps.append(step)
+        if self._txns is not None:
+            self._uncut.update(m.partition for m in messages)
         if cards is not None:
             self._cards.stage(cards)
             self._sealed += 1
+            self._cut(step)
         self._idle.clear()
         self._wake.set()
 
@@ -120,7 +148,14 @@ class Checkpoint:
             self._cards.stage(cards)
             self._steps[-1].cards = cards
             self._sealed += 1
+            self._cut(self._steps[-1])
             self._wake.set()
+
+    def _cut(self, step: _Step) -> None:
+        """exactly_once: the step's snapshot closes the transactions of the batches up to it."""
+        if self._txns is not None:
+            step.cut = self._txns.cut(self._uncut)
+            self._uncut = set()
 
     @property
     def sealed(self) -> bool:
@@ -163,7 +198,7 @@ class Checkpoint:
             self._space.release()
             metrics.HOP_SECONDS.labels("outputs_acked").observe(
                 time.perf_counter() - step.submitted)
-            if self._served is not None:
+            if self._served is not None and self._txns is None:
                 self._served(step.messages)
 
     async def _complete_next(self) -> bool:
@@ -178,15 +213,36 @@ class Checkpoint:
             if cards is not None:
                 merged.update(cards)  # newest record per card wins
                 ready = i + 1
+                if self._txns is not None:
+                    break  # each snapshot's transactions hold only the offsets up to it
         if not ready:
             return False
-        if merged:
+        if self._txns is not None:
+            await self._commit(ready, merged)
+        elif merged:
             await asyncio.gather(*await self._cards.write(merged))
         done = [steps.popleft() for _ in range(ready)]
         self._acked_outputs -= ready
         self._sealed -= sum(1 for step in done if step.cards is not None)
         for step in done:
             self._ack(step.messages)
+            if self._served is not None and self._txns is not None:
+                self._served(step.messages)
         self.completed += ready
         metrics.CHECKPOINT_STEPS.observe(ready)
         return True
+
+    async def _commit(self, ready: int, cards: CardWrites) -> None:
+        """exactly_once: the durable point of the first `ready` steps, one commit per input
+        partition holding their outputs (sent already), `cards` and the offsets past them."""
+        assert self._txns is not None
+        offsets: dict[Any, int] = {}
+        for i in range(ready):
+            for message in self._steps[i].messages:
+                if message.offset + 1 > offsets.get(message.tp, -1):
+                    offsets[message.tp] = message.offset + 1
+
+        async def write_cards() -> list[asyncio.Future[Any]]:
+            return await self._cards.write(cards) if cards else []
+
+        await self._txns.commit(self._steps[ready - 1].cut, offsets, write_cards)

@@ -28,6 +28,12 @@ rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #68
 7. At assignment the committed offsets of every partition are asked for in one request
    (aiokafka asks one partition at a time: a round trip each before the first fetch).
 
+In exactly_once (the app's `fraudstream_processing`) it reads read_committed, leaves the input
+topic's offsets to the score engine's Kafka transactions (app.stream.txnsink; a commit of its
+own racing a transaction could move the group's offset back) and, on every assignment, lets
+the transactional producers of the partitions gained fence their previous owner before anything
+is read (`assign_hooks`).
+
 It also hands whole fetched chunks of the chunk topics (transactions for the score engine,
 actions for the dispatcher), tagged with the rebalance generation, to one queue per topic
 (`chunk_queue`) instead of Faust's per-message delivery, which a rebalance could interrupt
@@ -116,6 +122,18 @@ class ChunkQueue(asyncio.Queue):  # type: ignore[type-arg] - asyncio.Queue[Chunk
         return item
 
 
+class FraudConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread; its aiokafka consumer reads read_committed in exactly_once."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        if getattr(self.app, "fraudstream_processing", "at_least_once") == "exactly_once":
+            # Faust sets read_committed only under its own exactly-once mode, which would also
+            # route every send through its transaction manager; the fetcher takes it at start
+            consumer._isolation_level = "read_committed"  # noqa: SLF001
+        return consumer
+
+
 class FraudConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer with fraudstream's corrections (see the module docstring)."""
 
@@ -133,6 +151,22 @@ class FraudConsumer(faust_aiokafka.Consumer):
         #: asked before each fetch: True while a loop has work (a batch being processed)
         self.busy_probes: list[Callable[[], bool]] = []
         self._fetch_idle: tuple[int, int] | None = None  # aiokafka's own (min bytes, max wait)
+        #: exactly_once: topics whose offsets only the engine's transactions commit
+        self.transactional_topics: frozenset[str] = frozenset(
+            getattr(self.app, "fraudstream_transactional_topics", ()))
+        #: awaited on every assignment before Faust's own handling (table recovery, the seek to
+        #: the committed offsets), with the assignment and its generation
+        self.assign_hooks: list[Callable[[set[TP], int], Awaitable[None]]] = list(
+            getattr(self.app, "fraudstream_assign_hooks", ()))
+        #: exactly_once: chunk topics written in transactions (actions); see `_fill_gaps`
+        self.gapped_topics: frozenset[str] = (
+            self.chunk_topics - self.transactional_topics
+            if getattr(self.app, "fraudstream_processing", "") == "exactly_once" else frozenset())
+        self._gap_from: dict[TP, int] = {}  # gapped partitions: fetch position last seen
+        self._gaps: dict[TP, set[int]] = {}  # gapped partitions: offsets known never handed
+
+    def _new_consumer_thread(self) -> FraudConsumerThread:
+        return FraudConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     def chunk_queue(self, topic: str) -> ChunkQueue:
         """The queue of fetched chunks of a chunk topic (created on first use)."""
@@ -152,6 +186,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
         # from here on nothing of this partition is handed over until the target itself
         # arrives (records fetched before the seek are stale)
         self.seek_targets[tp] = (offset, generation, time.monotonic())
+        self._gap_from.pop(tp, None)  # unknown until the seek is done
 
         def seek_on_thread() -> bool:
             # A rewind asked during a rebalance waits here until the rebalance is over: run
@@ -171,6 +206,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
             log.info("%s: rewind to %d dropped: a rebalance came first", tp, offset)
             return False
         self._read_offset[tp] = offset
+        if tp.topic in self.gapped_topics:
+            self._gap_from[tp] = offset
         metrics.REWINDS.labels(tp.topic, reason).inc()
         self.rewinds += 1
         log.info("%s: reading again from offset %d (%s)", tp, offset, reason)
@@ -201,8 +238,16 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     async def _commit_offsets(self, offsets: Any, start_new_transaction: bool = True) -> bool:
         """Faust's commit; only once it has moved the committed offsets are the acks below them
-        dropped (a commit that raised keeps them for the next one)."""
+        dropped (a commit that raised keeps them for the next one). Offsets of transactional
+        topics were committed by the transaction that acked them: only recorded here."""
         try:
+            if self.transactional_topics:
+                done = {tp: o for tp, o in offsets.items() if tp.topic in self.transactional_topics}
+                self._committed_offset.update(done)
+                rest = {tp: o for tp, o in offsets.items() if tp not in done}
+                committed = bool(rest) and bool(await super()._commit_offsets(
+                    rest, start_new_transaction=start_new_transaction))
+                return committed or bool(done)
             return bool(await super()._commit_offsets(
                 offsets, start_new_transaction=start_new_transaction))
         finally:
@@ -211,19 +256,70 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 acked = self._acked.get(tp)
                 if committed is None or not acked:
                     continue
+                gaps = self._gaps.get(tp)
+                if gaps:
+                    gaps.difference_update([o for o in gaps if o < committed])
                 done = [offset for offset in acked if offset < committed]
                 if done:
                     acked[:] = [offset for offset in acked if offset >= committed]
                     self._acked_index[tp].difference_update(done)
 
     async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
-        """Never count unfetched offsets as done."""
+        """Never count unfetched offsets as done (Faust's gaps; `_fill_gaps` is ours)."""
+
+    def _fill_gaps(self, records: Any) -> None:
+        """A topic written in transactions, read read_committed, has offsets no consumer is
+        handed: commit markers (one after every transaction) and aborted records. Everything
+        the fetch position passed that is not a fetched record is acked as done, or the
+        partition's commit would stop at the first marker (and its lag never reach 0). Only the
+        positions this consumer itself moved count: a seek restarts the span at its target."""
+        positions = self.fetch_positions()
+        for tp in self.assignment():
+            if tp.topic not in self.gapped_topics:
+                continue
+            position = positions.get(tp)
+            start = self._gap_from.get(tp)
+            if position is None:
+                continue
+            self._gap_from[tp] = position
+            if start is None or position <= start:
+                continue
+            fetched = sorted(r.offset for r in records.get(tp, ()))
+            target = self.seek_targets.get(tp)
+            if fetched and target is not None and fetched[0] != self.passed(tp, target[0]):
+                # fetched before a pending seek: only what lies between its records is certain
+                start = fetched[0]
+            committed = self._committed_offset.get(tp)
+            have = set(fetched)
+            gaps = [o for o in range(start, position) if o not in have
+                    and (committed is None or o >= committed)]
+            if gaps:
+                self._gaps.setdefault(tp, set()).update(gaps)
+                index = self._acked_index[tp]
+                fresh = [o for o in gaps if o not in index]
+                index.update(fresh)
+                self._acked[tp].extend(fresh)
+
+    def passed(self, tp: TP, offset: int) -> int:
+        """The first offset at or after `offset` that is not a known gap (`_fill_gaps`): where
+        a reader expecting `offset` actually finds its next record. Gaps below the committed
+        offset are forgotten at the commit: the committed offset itself stands for them."""
+        if tp.topic not in self.gapped_topics:
+            return offset
+        committed = self._committed_offset.get(tp)
+        if committed is not None and offset < committed:
+            offset = committed
+        gaps = self._gaps.get(tp)
+        while gaps and offset in gaps:
+            offset += 1
+        return offset
 
     # --- correction 4: seeks on the consumer thread --------------------------------------------
     async def _seek(self, partition: TP, offset: int) -> None:
         # set before the seek: from here on nothing of this partition is handed over until the
         # target itself arrives (records fetched before the seek are stale)
         self.seek_targets[partition] = (offset, self.app.consumer_generation_id, time.monotonic())
+        self._gap_from[partition] = offset
         await self._thread.call_thread(self._thread.seek, partition, offset)
 
     # --- correction 7: one request for the committed offsets at assignment ----------------------
@@ -255,6 +351,12 @@ class FraudConsumer(faust_aiokafka.Consumer):
             await self.fill_unknown_commits(self.chunk_topics)
         except Exception as exc:  # noqa: BLE001 - the commit watchdog fills them in later
             log.info("log start of uncommitted partitions not known yet (%r)", exc)
+        if self.gapped_topics:  # fetching starts at the commits (often a commit marker)
+            self._gap_from.clear()
+            for tp in self.assignment():
+                committed = self._committed_offset.get(tp)
+                if tp.topic in self.gapped_topics and committed is not None:
+                    self._gap_from[tp] = committed
 
     async def fill_unknown_commits(self, topics: frozenset[str]) -> int:
         """Take the log start as the committed offset of assigned partitions that have none."""
@@ -273,7 +375,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
         """Record this worker's group member id in its data directory first, so the next
-        process there removes it from the group at once after a crash (app.stream.membership)."""
+        process there removes it from the group at once after a crash (app.stream.membership);
+        then the `assign_hooks`, then Faust's own handling."""
         coordinator = getattr(getattr(getattr(self, "_thread", None), "_consumer", None),
                               "_coordinator", None)
         member = getattr(coordinator, "member_id", None)
@@ -282,6 +385,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 remember_member(Path(self.app.conf.datadir), self.app.conf.id, member)
             except OSError as exc:  # only a later restart is slower for it: say so, go on
                 log.warning("could not record the group member id: %r", exc)
+        for hook in self.assign_hooks:  # exactly_once: fence the previous owners first
+            await hook(assigned, generation_id)
         await super().on_partitions_assigned(assigned, generation_id)
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
@@ -369,7 +474,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 # a rebalance sought everything to the commits since, or the target never
                 # came: hand over again (the sequencer catches any gap)
                 del self.seek_targets[tp]
-            elif offset != target[0]:
+            elif offset != self.passed(tp, target[0]):
                 return True  # fetched before the seek: stale, it is read again from there
             else:
                 del self.seek_targets[tp]
@@ -458,6 +563,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
         """One fetch, checked as Faust's `getmany` checks it, split by `_split`."""
         records, active = await self._wait_next_records(timeout)
         generation = self.app.consumer_generation_id
+        if self.gapped_topics and records is not None:
+            self._fill_gaps(records)
         if records is None or self.should_stop:
             return generation, {}, {}
         if not self.flow_active:

@@ -75,6 +75,7 @@ async def follow_activations(
 
     tp = TopicPartition(settings.topic(topics.CONTROL), 0)
     consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
+                                isolation_level=settings.isolation_level,
                                 enable_auto_commit=False)
     await consumer.start()
     try:

@@ -134,7 +134,8 @@ async def follow_lists(settings: Settings, on_lists: Callable[[Lists], None],
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     tp = TopicPartition(settings.topic(topics.CONTROL), 0)
-    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False,
+                                isolation_level=settings.isolation_level)
     await start_or_close(consumer)
     fold = ListFold()
     try:

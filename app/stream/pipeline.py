@@ -199,4 +199,5 @@ def served_row(item: Scored, *, score: float | None, model_version: str | None) 
 def served_record(item: Scored, *, score: float | None, model_version: str | None) -> OutRecord:
     """`served_row` as a message for features.served, keyed by card_id."""
     row = served_row(item, score=score, model_version=model_version)
-    return OutRecord(topics.FEATURES_SERVED, item.txn.card_id.encode(), row.to_json())
+    return OutRecord(topics.FEATURES_SERVED, item.txn.card_id.encode(), row.to_json(),
+                     source_partition=item.source.partition)

@@ -175,8 +175,13 @@ class ChangelogRestorer:
 
     def __init__(self, client_kwargs: Callable[[], dict[str, Any]], *,
                  max_records: int = 20_000, fetch_bytes: int = 64 << 20,
-                 max_fenced: int = 2_000_000, raw_fetch: bool = True) -> None:
+                 max_fenced: int = 2_000_000, raw_fetch: bool = True,
+                 isolation_level: str = "read_uncommitted") -> None:
         self._client_kwargs = client_kwargs
+        #: read_committed in exactly_once: aborted transactions' records are never applied
+        #: (the raw reader does not filter them: it must be off then), and the end offset is
+        #: the last stable one
+        self.isolation_level = isolation_level
         self.max_records = max_records
         #: cards of one partition whose offsets a restore from nothing keeps in memory (~120
         #: bytes each while it runs); past it the rest of the partition is fenced by the store
@@ -196,6 +201,7 @@ class ChangelogRestorer:
         kwargs = self._client_kwargs()
         consumer = AIOKafkaConsumer(**kwargs, enable_auto_commit=False,
                                     auto_offset_reset="earliest",
+                                    isolation_level=self.isolation_level,
                                     fetch_max_bytes=self.fetch_bytes,
                                     max_partition_fetch_bytes=self.fetch_bytes // 4)
         await consumer.start()
@@ -229,6 +235,10 @@ class ChangelogRestorer:
                         done[p] = load.last
                         count += load.count
                     self.skipped_stale += load.stale
+                if ends[tp] > 0:
+                    # read up to the end: the offsets below it are held, records or not (a
+                    # transactional changelog ends in a commit marker no consumer is handed)
+                    done[p] = max(done[p], ends[tp] - 1)
         finally:
             try:
                 target.flush()

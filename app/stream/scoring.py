@@ -98,7 +98,7 @@ class ScoringStage:
             for action in actions:
                 metrics.ACTIONS_EMITTED.labels(action.type).inc()
                 out.append(OutRecord(topics.ACTIONS, item.txn.card_id.encode(), action.to_json(),
-                                     headers))
+                                     headers, item.source.partition))
         # a shadow model, when set: one more model call, rows to features.shadow, no actions
         out.extend(self.shadow.run(scored, matrix, scores, active_version=model.version,
                                    active=self.thresholds))

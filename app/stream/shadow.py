@@ -66,7 +66,8 @@ class ShadowStage:
             row = ShadowRow(txn.txn_id, txn.card_id, txn.ts_ms, src.partition, src.offset,
                             item.redelivered, active_version, a, list(mine), shadow.version, b,
                             list(theirs))
-            out.append(OutRecord(topics.FEATURES_SHADOW, txn.card_id.encode(), row.to_json()))
+            out.append(OutRecord(topics.FEATURES_SHADOW, txn.card_id.encode(), row.to_json(),
+                                 source_partition=src.partition))
         metrics.SHADOW_SCORED.inc(len(out))
         metrics.SHADOW_DISAGREED.inc(differ)
         return out
@@ -116,7 +117,8 @@ async def follow_shadow(settings: Settings, start_offset: int,
     from app.security.kafka import kafka_client_kwargs
 
     tp = TopicPartition(settings.topic(topics.CONTROL), 0)
-    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False,
+                                isolation_level=settings.isolation_level)
     await consumer.start()
     try:
         consumer.assign([tp])

@@ -48,6 +48,9 @@ class CommitWatchdog:
             if committed is None:
                 continue
             acked = consumer._acked.get(tp)
+            gaps = getattr(consumer, "_gaps", {}).get(tp)
+            if acked and gaps:  # commit markers acked ahead of a message still in work
+                acked = [offset for offset in acked if offset not in gaps]
             if acked:
                 if min(acked) > committed:
                     out.append((tp, committed))

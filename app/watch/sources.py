@@ -92,6 +92,7 @@ async def open_sources(settings: Settings, workers: Sequence[str],
             timeout=aiohttp.ClientTimeout(total=sources.timeout_s)))
         sources._admin = await stack.enter_async_context(admin_client(settings))  # noqa: SLF001
         consumer = AIOKafkaConsumer(bootstrap_servers=settings.effective_kafka_bootstrap,
+                                    isolation_level=settings.isolation_level,
                                     enable_auto_commit=False)
         await start_or_close(consumer)
         stack.push_async_callback(consumer.stop)

@@ -15,7 +15,8 @@ from app.stack.kafka_cluster import PartitionState, describe_partitions
 async def _end_offsets(settings: Settings, parts: Sequence[PartitionState]) -> dict[tuple[str, int], int]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False,
+                                isolation_level=settings.isolation_level)
     await start_or_close(consumer)
     try:
         ends = await consumer.end_offsets([TopicPartition(p.topic, p.partition) for p in parts])

@@ -57,7 +57,8 @@ def add_shifted_version(model_dir: Path, target: Path, version: str) -> str:
 async def _end_offsets(settings: Settings, topic: str) -> dict[int, int]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False,
+                                isolation_level=settings.isolation_level)
     await start_or_close(consumer)
     try:
         await consumer._client.force_metadata_update()  # noqa: SLF001 - no public equivalent

@@ -23,7 +23,7 @@ from app.action_service.ledger import count_replays, read_effects
 from app.action_service.redis_keys import card_key
 from app.actions import Action
 from app.kafka import topics
-from app.kafka.inspect import group_lag, topic_sizes
+from app.kafka.inspect import group_lag, read_topic, topic_sizes
 from app.kafka.topics import ensure_topics
 from app.redis_url import sync_client
 from app.security.redis import redis_connection_kwargs
@@ -182,8 +182,11 @@ class Topology:
             raise self._replay_error[0]
 
     def served(self) -> int:
+        """Rows the workers have written to features.served (a progress gauge for timing
+        faults: in exactly_once, rows of transactions still open count too)."""
         name = self.settings.topic(topics.FEATURES_SERVED)
-        return asyncio.run(topic_sizes(self.settings, [name]))[name]
+        gauge = self.settings.replace(processing="at_least_once")
+        return asyncio.run(topic_sizes(gauge, [name]))[name]
 
     def wait_served(self, count: int, timeout_s: float = 180) -> None:
         wait_until(lambda: self.served() >= count, timeout_s=timeout_s, interval_s=0.2,
@@ -287,6 +290,8 @@ class Topology:
             seen.add(position)
             versions[row["model_version"]] += 1
         report.extra["rereads"] = again
+        if self.settings.processing == "exactly_once":
+            problems.extend(self._exactly_once_problems(again, report))
         # the model version on every served row: the oracle's, unless one was rolled out
         if self.rollout is not None:
             problems.extend(self.rollout.problems(self.settings))
@@ -308,6 +313,30 @@ class Topology:
         p99, worst = quantile(latency, 0.99), max(latency, default=float("nan"))
         report.extra["effect_p99_ms"], report.extra["effect_max_ms"] = round(p99), round(worst)
         return report
+
+    def _exactly_once_problems(self, rereads: int, report: ScenarioReport) -> list[str]:
+        """Read read_committed, features.served holds each source message once and actions
+        each served row's decision once (a transaction the log sends twice is two source
+        messages: served, and actioned, twice); the rows only read_uncommitted sees are those
+        of the transactions a fault left open (the evidence that it hit work in flight)."""
+        problems = []
+        if rereads:
+            problems.append(f"exactly_once: {rereads} source messages served twice under "
+                            f"read_committed")
+        rows = [orjson.loads(r.value) for r in read(self.settings, topics.FEATURES_SERVED)]
+        served_per_txn = Counter(row["txn_id"] for row in rows)
+        actions = [orjson.loads(r.value) for r in read(self.settings, topics.ACTIONS)]
+        per_key = Counter(a["idempotency_key"] for a in actions)
+        txn_of = {a["idempotency_key"]: a["txn_id"] for a in actions}
+        doubled = [k for k, n in per_key.items() if n != served_per_txn[txn_of[k]]]
+        if doubled:
+            problems.append(f"exactly_once: {len(doubled)} actions committed more often than "
+                            f"their transaction was served")
+        name = self.settings.topic(topics.FEATURES_SERVED)
+        everything = asyncio.run(read_topic(self.settings.replace(processing="at_least_once"),
+                                            name, timeout_s=120.0))
+        report.extra["aborted_rows"] = len(everything) - len(rows)
+        return problems
 
     def _card_problems(self, actions: Sequence[object]) -> list[str]:
         first_freeze: dict[str, str] = {}

@@ -171,3 +171,48 @@ def test_the_memory_store_is_fenced_by_what_it_holds_whatever_its_offsets_say(
     asyncio.run(restorer.restore(topic, {0: -1}, target))
     assert data == {b"a": cardrecord.pack(0, 50, b"a50"), b"b": cardrecord.pack(0, 41, b"b41")}
     assert restorer.skipped_stale == 1
+
+
+async def _produce_in_transactions(settings: Settings, topic: str,
+                                   txns: list[tuple[bool, list[tuple[int, bytes, bytes]]]]
+                                   ) -> None:
+    """Each (commit?, records) in one transaction of its own, committed or aborted."""
+    producer = AIOKafkaProducer(**kafka_client_kwargs(settings), acks="all",
+                                transactional_id=f"{topic}-writer")
+    await producer.start()
+    try:
+        for commit, records in txns:
+            await producer.begin_transaction()
+            for partition, key, value in records:
+                await producer.send_and_wait(topic, key=key, value=value, partition=partition)
+            await (producer.commit_transaction() if commit else producer.abort_transaction())
+    finally:
+        await producer.stop()
+
+
+def test_exactly_once_restores_committed_records_only_and_holds_up_to_the_last_marker(
+        fresh_settings: Settings, tmp_path: Path) -> None:
+    """A transactional changelog (exactly_once): an aborted transaction's records are never
+    applied, and the partition counts as read up to its end offset although its last offset is
+    a commit marker no consumer is handed (Faust would otherwise wait for it for ever)."""
+    topic = fresh_settings.topic("card_state-changelog")
+    asyncio.run(_create(fresh_settings, topic))
+    asyncio.run(_produce_in_transactions(fresh_settings, topic, [
+        (True, [(0, b"a", cardrecord.pack(0, 10, b"a10")), (1, b"b", cardrecord.pack(1, 3, b"b3"))]),
+        (False, [(0, b"a", cardrecord.pack(0, 11, b"aborted"))]),  # a fenced owner's
+        (True, [(1, b"b", cardrecord.pack(1, 5, b"b5"))]),
+    ]))
+    target = Target(tmp_path / "db")
+    restorer = ChangelogRestorer(lambda: kafka_client_kwargs(fresh_settings),
+                                 isolation_level="read_committed", raw_fetch=False)
+    held = asyncio.run(restorer.restore(topic, {0: -1, 1: -1}, target))
+    assert target.db.get(b"a") == cardrecord.pack(0, 10, b"a10")
+    assert target.db.get(b"b") == cardrecord.pack(1, 5, b"b5")
+    assert restorer.restored == 3
+    # partition 0: a10 @0, marker @1, aborted @2, marker @3; partition 1: b3 @0, marker @1,
+    # b5 @2, marker @3: the store holds the last records, the restore reports the ends
+    assert target.offsets == {0: 0, 1: 2} and held == {0: 3, 1: 3}
+    # a second restore from what the store holds reads nothing more
+    assert asyncio.run(restorer.restore(topic, target.offsets, target)) == {0: 3, 1: 3}
+    assert restorer.restored == 3
+    target.db.close()

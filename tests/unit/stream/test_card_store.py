@@ -133,6 +133,37 @@ async def test_a_staged_snapshot_is_read_until_it_is_stored(table_factory: Table
     assert cards.load("c1") == new and not cards._staged
 
 
+class TransactionalSink(Sink):
+    """exactly_once's sink: what is sent is committed later (`after_commit`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.after: list[Any] = []
+
+    def after_commit(self, then: Any) -> None:
+        self.after.append(then)
+
+
+async def test_exactly_once_stores_a_snapshot_only_at_its_commit(
+        table_factory: TableFactory, request: pytest.FixtureRequest) -> None:
+    table = table_factory("commit-test")
+    sink = TransactionalSink()
+    cards = TableCards(table, sink)  # type: ignore[arg-type]
+    changelog = table.changelog_topic.get_topic_name()
+    record = cardrecord.pack(1, 7, b"a")
+    cards.stage({b"c1": (1, record)})
+    await cards.write({b"c1": (1, record)})
+    # sent and acknowledged, its transaction not committed: the store holds nothing yet, and
+    # the engine still reads the snapshot
+    assert table.raw_get(b"c1") is None and cards.load("c1") == record
+    assert table.persisted_offset(faust.types.TP(changelog, 1)) is None
+    [then] = sink.after
+    then()  # the commit
+    assert table.raw_get(b"c1") == record and not cards._staged
+    assert table.persisted_offset(faust.types.TP(changelog, 1)) == (
+        0 if "rocksdb" in request.node.name else None)
+
+
 def test_the_persistent_store_survives_a_reopen_with_its_offsets(tmp_path: Path) -> None:
     from app.stream.carddb import CardDBOptions, open_db
 

@@ -323,3 +323,75 @@ async def test_assignment_asks_for_every_committed_offset_in_one_request() -> No
     assert found[assigned[3]] == 29
     assert sorted(seeks) == sorted((tp, 10 * i - 1) for i, tp in enumerate(assigned)
                                    if 0 < 10 * i - 1 and tp != assigned[-1])
+
+
+# --- exactly_once: a topic written in transactions -------------------------------------------
+
+ACT = TP("actions", 0)
+
+
+def eos_consumer(committed: int) -> FraudConsumer:
+    """A consumer of an exactly_once app: `actions` is gapped, `transactions` transactional."""
+    import faust
+
+    app = faust.App("unit-eos", broker="fraudstream://127.0.0.1:1", autodiscover=False)
+    app.fraudstream_chunk_topics = frozenset({"actions", "transactions"})
+    app.fraudstream_transactional_topics = frozenset({"transactions"})
+    app.fraudstream_processing = "exactly_once"
+    app.consumer_generation_id = 1
+    consumer = app.consumer
+    consumer.assignment = lambda: {ACT, A}
+    consumer._committed_offset[ACT] = committed
+    consumer._committed_offset[A] = 0
+    return consumer
+
+
+def test_commit_markers_between_and_after_fetched_records_count_as_done() -> None:
+    consumer = eos_consumer(10)
+    assert consumer.gapped_topics == {"actions"}
+    consumer._gap_from[ACT] = 10  # where the fetch starts (the commit, here a marker)
+    consumer.fetch_positions = lambda: {ACT: 16}
+    consumer._fill_gaps({ACT: [SimpleNamespace(offset=o) for o in (11, 12, 14)]})
+    assert sorted(consumer._acked[ACT]) == [10, 13, 15]
+    assert consumer._new_offset(ACT) == 11  # 11 itself is not processed yet
+    acked(consumer, ACT, [*consumer._acked[ACT], 11, 12, 14])
+    assert consumer._new_offset(ACT) == 16  # past the trailing marker: lag can reach 0
+    # the offset-order check and seek targets pass known markers, and the committed offset
+    assert consumer.passed(ACT, 13) == 14 and consumer.passed(ACT, 12) == 12
+    consumer._committed_offset[ACT] = 16
+    assert consumer.passed(ACT, 13) == 16
+
+
+def test_a_fetch_from_before_a_pending_seek_fills_only_between_its_records() -> None:
+    consumer = eos_consumer(10)
+    consumer._gap_from[ACT] = 10
+    consumer.seek_targets[ACT] = (10, 1, 0.0)  # records fetched before the seek start at 20
+    consumer.fetch_positions = lambda: {ACT: 23}
+    consumer._fill_gaps({ACT: [SimpleNamespace(offset=o) for o in (20, 22)]})
+    assert sorted(consumer._acked[ACT]) == [21]  # 10..19 are not known to be markers
+
+
+def test_at_least_once_has_no_gapped_topic() -> None:
+    consumer, _ = real_consumer({A: 0})
+    assert consumer.gapped_topics == frozenset() and consumer.passed(A, 5) == 5
+
+
+async def test_transactional_input_offsets_are_recorded_not_committed_again() -> None:
+    consumer = eos_consumer(0)
+    # no broker: a commit of its own would fail here, the transaction committed these already
+    assert await consumer._commit_offsets({A: 42}) is True
+    assert consumer._committed_offset[A] == 42
+
+
+def test_the_commit_watchdog_sees_no_stall_in_markers_acked_ahead_of_work() -> None:
+    from app.stream.watchdog import CommitWatchdog
+
+    consumer = eos_consumer(10)
+    consumer._gap_from[ACT] = 10
+    consumer.fetch_positions = lambda: {ACT: 13}
+    consumer._fill_gaps({ACT: [SimpleNamespace(offset=o) for o in (10, 11)]})  # 12: a marker
+    watchdog = CommitWatchdog(["actions"], stall_s=1.0)
+    assert consumer._acked[ACT] == [12] and watchdog.stuck(consumer) == []
+    acked(consumer, ACT, [12, 11])  # 11 done, 10 still in work: a real stall if it lasts
+    consumer._gaps[ACT] = {12}
+    assert watchdog.stuck(consumer) == [(ACT, 10)]
