@@ -52,6 +52,7 @@ from pipeline_bench import (  # noqa: E402
     pct,
     raw_loop,
     scrape,
+    slo_rate,
     start_worker,
 )
 
@@ -292,16 +293,6 @@ def _running(timeline: Timeline) -> list[int]:
         backlog += timeline.appended.get(sec, 0) - timeline.served.get(sec, 0)
         out.append(backlog)
     return out
-
-
-def slo_rate(steps: list[Step]) -> float:
-    """The highest offered rate within budget with every lower step within budget too."""
-    best = 0.0
-    for step in sorted(steps, key=lambda s: s.offered):
-        if not step.ok:
-            break
-        best = step.offered
-    return best
 
 
 @click.command()

@@ -29,9 +29,10 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import orjson
@@ -314,6 +315,17 @@ def backlog_pair(base: Settings, lines: list[bytes], tmp: Path,
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def slo_rate(steps: Iterable[Any]) -> float:
+    """The highest offered rate within budget with every lower step within budget too (each
+    step has `offered` and `ok`)."""
+    best = 0.0
+    for step in sorted(steps, key=lambda s: s.offered):
+        if not step.ok:
+            break
+        best = step.offered
+    return best
 
 
 @click.command()

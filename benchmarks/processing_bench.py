@@ -44,6 +44,7 @@ from pipeline_bench import (  # noqa: E402
     hop_quantiles,
     pct,
     scrape,
+    slo_rate,
     start_worker,
 )
 
@@ -191,15 +192,6 @@ def run_step(settings: Settings, mode: str, lines: list[bytes], rate: float, sec
     return Step(mode, rate, len(steady), pct(steady, 0.5), pct(steady, 0.99),
                 sum(1 for v in steady if v <= BUDGET_MS) / max(1, len(steady)),
                 cpu / max(1, n) * 1e6, hops)
-
-
-def slo_rate(steps: list[Step]) -> float:
-    best = 0.0
-    for step in sorted(steps, key=lambda s: s.offered):
-        if not step.ok:
-            break
-        best = step.offered
-    return best
 
 
 @click.command()
