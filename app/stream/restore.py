@@ -182,6 +182,8 @@ class ChangelogRestorer:
         #: (the raw reader does not filter them: it must be off then), and the end offset is
         #: the last stable one
         self.isolation_level = isolation_level
+        #: the consumer's longest wait for a fetch (see `_partition`)
+        self.poll_ms = 50
         self.max_records = max_records
         #: cards of one partition whose offsets a restore from nothing keeps in memory (~120
         #: bytes each while it runs); past it the rest of the partition is fenced by the store
@@ -202,6 +204,10 @@ class ChangelogRestorer:
         consumer = AIOKafkaConsumer(**kwargs, enable_auto_commit=False,
                                     auto_offset_reset="earliest",
                                     isolation_level=self.isolation_level,
+                                    # a partition read to its end leaves a fetch at the end in
+                                    # flight, and the next partition's fetch waits behind it:
+                                    # the broker holds such a fetch this long, not 500 ms
+                                    fetch_max_wait_ms=10,
                                     fetch_max_bytes=self.fetch_bytes,
                                     max_partition_fetch_bytes=self.fetch_bytes // 4)
         await consumer.start()
@@ -290,7 +296,9 @@ class ChangelogRestorer:
         consumer.resume(tp)
         try:
             while await consumer.position(tp) < end:
-                fetched = await consumer.getmany(tp, timeout_ms=1000,
+                # short waits: a fetch of only commit markers or aborted records (exactly_once)
+                # moves the position but hands out nothing, and a long wait would sit it out
+                fetched = await consumer.getmany(tp, timeout_ms=self.poll_ms,
                                                  max_records=self.max_records)
                 records = fetched.get(tp, [])
                 if records and records[-1].offset >= end:  # written since we began
