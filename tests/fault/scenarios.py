@@ -23,7 +23,14 @@ from app.stack.manager import Stack
 from app.stack.redis_cluster import RedisCluster
 from app.stream.control import publish_activation
 from tests.support.brokers import leader_load, partitions
-from tests.support.procs import Spawned, free_port, source_reads, wait_all_assigned, wait_until
+from tests.support.procs import (
+    Spawned,
+    free_port,
+    kill_with_reads_uncommitted,
+    source_reads,
+    wait_all_assigned,
+    wait_until,
+)
 from tests.support.proxy import FaultProxy
 from tests.support.rollout import Rollout, add_shifted_version
 from tests.support.topology import Topology
@@ -97,37 +104,6 @@ def _kill_holding_work(topo: Topology, victim: Spawned, attempts: int = 50) -> N
                          f"freeze ({attempts} tries)")
 
 
-def _kill_in_open_transaction(topo: Topology, victim: Spawned, attempts: int = 50) -> None:
-    """exactly_once: SIGKILL `victim` while it has read messages its group's committed offsets
-    (moved only by its transactions' commits) are not past yet: work in open transactions,
-    which the next owner must abort and redo. As `_kill_holding_work`: what it has read is
-    asked first, then it is frozen, given 200 ms for a commit already on the wire, and killed
-    only if the committed offsets are still at or below a message it had read."""
-    source = topo.settings.topic(topics.TRANSACTIONS)
-    for _ in range(attempts):
-        try:
-            read = source_reads(victim, source)
-        except OSError:  # its web page busy: ask again
-            time.sleep(0.02)
-            continue
-        os.kill(victim.pid, signal.SIGSTOP)
-        time.sleep(0.2)  # an EndTxn already sent is applied by the coordinator meanwhile
-        committed = asyncio.run(committed_offsets(topo.settings, topo.settings.app_id, source))
-        unfinished = sum(max(0, offset + 1 - committed.get(tp, 0))
-                         for tp, offset in read.items() if offset is not None)
-        if unfinished:
-            topo.mark_fault()
-            victim.kill()
-            # the evidence: nothing is served twice in exactly_once, but these are redone
-            topo.extra["victim_partitions"] = sum(1 for o in read.values() if o is not None)
-            topo.extra["unfinished_at_kill"] = unfinished
-            return
-        os.kill(victim.pid, signal.SIGCONT)  # everything it read was committed: again
-        time.sleep(0.05)
-    raise AssertionError(f"worker {victim.port} never held read, uncommitted messages at a "
-                         f"freeze ({attempts} tries)")
-
-
 def kill_worker_five_times(topo: Topology) -> None:
     rng = random.Random(5)
     for i, fraction in enumerate(sorted(rng.uniform(0.1, 0.85) for _ in range(5))):
@@ -154,7 +130,13 @@ def kill_worker_restart_in_place(topo: Topology) -> None:
 def kill_worker_for_good(topo: Topology) -> None:
     _at(topo, 0.3)
     if topo.settings.processing == "exactly_once":
-        _kill_in_open_transaction(topo, topo.workers[0])
+        # its acks are its transactions' commits: work in open transactions instead
+        owned, unfinished = kill_with_reads_uncommitted(
+            topo.settings, topo.workers[0], topo.settings.topic(topics.TRANSACTIONS),
+            before_kill=topo.mark_fault)
+        # the evidence: nothing is served twice in exactly_once, but these are redone
+        topo.extra["victim_partitions"] = owned
+        topo.extra["unfinished_at_kill"] = unfinished
     else:
         _kill_holding_work(topo, topo.workers[0])
 

@@ -147,6 +147,43 @@ def wait_all_assigned(workers: Sequence[Spawned], topic: str, timeout_s: float =
                what=f"every worker to own partitions of {topic}")
 
 
+def kill_with_reads_uncommitted(settings: Settings, victim: Spawned, topic: str, *,
+                                attempts: int = 50,
+                                before_kill: Callable[[], None] | None = None) -> tuple[int, int]:
+    """exactly_once: SIGKILL `victim` while it has read messages of `topic` that its group's
+    committed offsets (moved only by its transactions' commits) are not past yet: work in open
+    transactions, which the partitions' next owner must abort and redo. What it has read is
+    asked first (its /debug/consumer page), then it is frozen (SIGSTOP: it commits nothing
+    more), given 200 ms for an EndTxn already on the wire, and killed only if the broker's
+    committed offsets are still at or below a message it had read; else it resumes and the
+    wait goes on. `before_kill` runs just before the SIGKILL. Returns (partitions it owned,
+    messages read past the commits)."""
+    import asyncio
+
+    from app.kafka.inspect import committed_offsets
+
+    for _ in range(attempts):
+        try:
+            read = source_reads(victim, topic)
+        except OSError:  # its web page busy: ask again
+            time.sleep(0.02)
+            continue
+        os.kill(victim.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        committed = asyncio.run(committed_offsets(settings, settings.app_id, topic))
+        unfinished = sum(max(0, offset + 1 - committed.get(tp, 0))
+                         for tp, offset in read.items() if offset is not None)
+        if unfinished:
+            if before_kill is not None:
+                before_kill()
+            victim.kill()
+            return sum(1 for o in read.values() if o is not None), unfinished
+        os.kill(victim.pid, signal.SIGCONT)  # everything it read was committed: again
+        time.sleep(0.05)
+    raise AssertionError(f"worker {victim.port} never held read, uncommitted messages at a "
+                         f"freeze ({attempts} tries)")
+
+
 def spawn_action_service(settings: Settings, tmp: Path, *, port: int | None = None) -> Spawned:
     """Start `fraudstream action-service` for `settings` (port: settings' or the one given)."""
     port = port or settings.action_service_port
