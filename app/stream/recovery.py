@@ -7,7 +7,8 @@ arrives. Active partitions are read to their end offset by the card restorer
 (app.stream.restore), which reports the offset before the end as held, marker or record, so
 Faust has nothing left to read for them. Standby partitions are followed by Faust's consumer:
 one whose fetch position has passed its highwater counts as caught up (only markers were left),
-or `standby_lag` would never read 0.
+or Faust's `standby_remaining_total()` would never reach 0 and it would never declare its
+standbys ready (`on_standbys_ready`).
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ class ChangelogRestorer:
                                     max_partition_fetch_bytes=self.fetch_bytes // 4)
         await consumer.start()
         t0 = time.monotonic()
-        done = dict(held)
+        done: dict[int, int] = {}
         count = 0
         raw = None
         try:
@@ -228,7 +228,6 @@ class ChangelogRestorer:
                             "dropped, restoring from the changelog", ahead)
                 target.drop()
                 held = dict.fromkeys(held, -1)
-                done = dict(held)
             consumer.pause(*tps.values())
             raw = await self._raw_reader(kwargs, topic)
             for p, tp in sorted(tps.items()):
@@ -237,14 +236,11 @@ class ChangelogRestorer:
                     fresh = held[p] < 0 and target.offsets_cover_records
                     load = _Load(tp, target, fresh=fresh, max_fenced=self.max_fenced)
                     await self._partition(consumer, raw, tp, begin, ends[tp], load)
-                    if load.count:
-                        done[p] = load.last
-                        count += load.count
+                    count += load.count
                     self.skipped_stale += load.stale
-                if ends[tp] > 0:
-                    # read up to the end: the offsets below it are held, records or not (a
-                    # transactional changelog ends in a commit marker no consumer is handed)
-                    done[p] = max(done[p], ends[tp] - 1)
+                # read up to the end: the offsets below it are held, records or not (a
+                # transactional changelog ends in a commit marker no consumer is handed)
+                done[p] = ends[tp] - 1
         finally:
             try:
                 target.flush()
