@@ -27,6 +27,13 @@ rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #68
    for a partition paused meanwhile are handed back (rewound), not skipped.
 7. At assignment the committed offsets of every partition are asked for in one request
    (aiokafka asks one partition at a time: a round trip each before the first fetch).
+8. aiokafka fetches only the partitions Faust reads. Faust "pauses" a partition (a table's own
+   changelog once restored, say) only in its own bookkeeping, so aiokafka went on fetching it,
+   and nobody took what it fetched. aiokafka sends no fetch to a broker while a fetched, untaken
+   result younger than its prefetch backoff (100 ms) waits: each of the worker's own changelog
+   writes, fetched back, held every input partition on that broker for 100 ms.
+9. While Faust reads no partition at all (from an assignment until its tables are restored)
+   the fetch loop waits for the first partition it resumes, not Faust's fixed 1 s sleep.
 
 In exactly_once (the app's `fraudstream_processing`) it reads read_committed, leaves the input
 topic's offsets to the score engine's Kafka transactions (app.stream.txnsink; a commit of its
@@ -46,6 +53,7 @@ sequencers and the commit watchdog call it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -54,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from aiokafka.structs import TopicPartition
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
@@ -76,6 +85,8 @@ CHUNK_QUEUE_SIZE = 4
 BUSY_FETCH_MIN_BYTES_PER_PARTITION = 16 * 1024
 #: ...but no longer than this (ms); an idle worker's fetch returns as soon as a record arrives.
 BUSY_FETCH_MAX_WAIT_MS = 5
+#: While a topic's queue is full, a fetch of the other topics waits at most this long (s).
+BLOCKED_TOPIC_POLL_S = 0.005
 #: How long a revoke waits for the engine's in-flight batches before it commits what is done.
 SETTLE_ON_REVOKE_S = 10.0
 
@@ -123,7 +134,19 @@ class ChunkQueue(asyncio.Queue):  # type: ignore[type-arg] - asyncio.Queue[Chunk
 
 
 class FraudConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """Faust's consumer thread; its aiokafka consumer reads read_committed in exactly_once."""
+    """Faust's consumer thread; its aiokafka consumer reads read_committed in exactly_once, and
+    fetches only the partitions Faust reads (correction 8)."""
+
+    #: Faust's active partitions as of the last fetch call (set by the app's loop before it)
+    wanted: frozenset[TP] | None = None
+
+    async def _fetch_records(self, consumer: Any, active_partitions: Any,
+                             timeout: float | None = None,  # noqa: ASYNC109
+                             max_records: int | None = None) -> Any:
+        if self.wanted is not None:
+            fetch_only(consumer, self.wanted)
+        return await super()._fetch_records(consumer, active_partitions, timeout=timeout,
+                                            max_records=max_records)
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -132,6 +155,23 @@ class FraudConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # route every send through its transaction manager; the fetcher takes it at start
             consumer._isolation_level = "read_committed"  # noqa: SLF001
         return consumer
+
+
+def fetch_only(consumer: Any, wanted: frozenset[TP]) -> None:
+    """Pause, in aiokafka, every assigned partition Faust does not read, and resume the ones it
+    reads again; drop what was fetched for a partition just paused (aiokafka's position stays at
+    its first record: it is fetched again on resume). Run it on the consumer's own thread."""
+    paused = consumer.paused()
+    stop = [TopicPartition(tp.topic, tp.partition) for tp in consumer.assignment()
+            if tp not in wanted and tp not in paused]
+    resume = [tp for tp in paused if tp in wanted]
+    if stop:
+        consumer.pause(*stop)
+        buffered = consumer._fetcher._records  # noqa: SLF001
+        for tp in stop:
+            buffered.pop(tp, None)
+    if resume:
+        consumer.resume(*resume)
 
 
 class FraudConsumer(faust_aiokafka.Consumer):
@@ -151,6 +191,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
         #: asked before each fetch: True while a loop has work (a batch being processed)
         self.busy_probes: list[Callable[[], bool]] = []
         self._fetch_idle: tuple[int, int] | None = None  # aiokafka's own (min bytes, max wait)
+        self._readable = asyncio.Event()  # set when Faust resumes a partition (correction 9)
         #: exactly_once: topics whose offsets only the engine's transactions commit
         self.transactional_topics: frozenset[str] = frozenset(
             getattr(self.app, "fraudstream_transactional_topics", ()))
@@ -429,6 +470,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
         if active_partitions is not None:
             self.pace_fetch(self._busy(), len(active_partitions))
             active_partitions = set(active_partitions)
+            self._thread.wanted = frozenset(active_partitions)
             if not active_partitions:
                 return {}
             full = [q for q in self._chunk_queues.values() if q.full()]
@@ -439,9 +481,31 @@ class FraudConsumer(faust_aiokafka.Consumer):
                     await asyncio.wait([asyncio.ensure_future(q.room.wait()) for q in full],
                                        timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                     return {}
+                # the other topics are read meanwhile, but only briefly: a wait for them (the
+                # group leader's topic gets no records at all) held the full topic's next fetch
+                # for the whole timeout, though its loop made room a few ms later
+                timeout = min(timeout, BLOCKED_TOPIC_POLL_S)
         return await self._thread.getmany(active_partitions, timeout)
 
+    # --- correction 9: no nap while every partition is paused -----------------------------------
+    def resume_partitions(self, tps: Iterable[TP]) -> None:
+        super().resume_partitions(tps)
+        self._readable.set()
+
+    async def _until_readable(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until Faust reads some partition again (at most `timeout`): whether it does. Faust
+        sleeps a whole second when it reads none (every partition is paused from an assignment
+        until its tables are restored), so the first fetch after a rebalance came up to 1 s late."""
+        if self.app.client_only or not self.flow_active or self._get_active_partitions():
+            return True
+        self._readable.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._readable.wait(), timeout)
+        return bool(self._get_active_partitions())
+
     async def _wait_next_records(self, timeout: float) -> Any:  # noqa: ASYNC109
+        if not await self._until_readable(timeout):
+            return {}, set()
         records, active = await super()._wait_next_records(timeout)
         if not records or active is None:
             return records, active

@@ -6,15 +6,19 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
 from faust.types import TP
 from stream_support import A, B, message, real_consumer
 
 from app.stream.consumer import (
+    BLOCKED_TOPIC_POLL_S,
     Chunk,
     FraudConsumer,
     Transport,
     broker_url,
     check_faust_version,
+    fetch_only,
 )
 
 
@@ -293,6 +297,82 @@ async def test_each_chunk_topic_has_its_own_queue_and_a_full_one_is_not_fetched(
     actions.get_nowait()
     assert await asyncio.wait_for(waiting, 1.0) == {}
     assert len(fetched) == 2
+
+
+async def test_while_a_topic_is_full_the_others_are_fetched_without_holding_it_back() -> None:
+    """The rest of a fetch (the group leader's topic, which gets no record) used to be waited
+    for the whole timeout: the full topic's next fetch came a second after its loop made room."""
+    consumer, _ = real_consumer({A: 0})
+    consumer.chunk_topics = frozenset({"transactions", "actions"})
+    act = TP("actions", 0)
+    calls: list[tuple[set[TP], float]] = []
+
+    async def getmany(active, wait_s):
+        calls.append((set(active), wait_s))
+        return {}
+
+    consumer._thread.getmany = getmany
+    await consumer._getmany({A, act}, 1.0)
+    transactions = consumer.chunk_queue("transactions")
+    while not transactions.full():
+        transactions.put_nowait(Chunk(1, [message(A, 0)]))
+    await consumer._getmany({A, act}, 1.0)
+    assert calls == [({A, act}, 1.0), ({act}, BLOCKED_TOPIC_POLL_S)]
+    # aiokafka is still told Faust reads the full topic: what it fetched for it is kept
+    assert consumer._thread.wanted == {A, act}
+
+
+async def test_aiokafka_fetches_only_the_partitions_faust_reads() -> None:
+    """Faust pauses a partition (a table's changelog once restored) in its own books only;
+    aiokafka went on fetching it, nobody took the result, and while an untaken result was
+    younger than its prefetch backoff aiokafka sent that broker no fetch at all."""
+    kafka = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+    log, changelog = TopicPartition("transactions", 0), TopicPartition("card-changelog", 0)
+    kafka.assign([log, changelog])
+    kafka._fetcher = SimpleNamespace(_records={log: "fetched", changelog: "fetched"})
+    try:
+        fetch_only(kafka, frozenset({TP("transactions", 0)}))  # Faust's own TP type
+        assert kafka.paused() == {changelog}
+        assert kafka._fetcher._records == {log: "fetched"}  # its position stays: re-fetched
+        fetch_only(kafka, frozenset({TP("transactions", 0), TP("card-changelog", 0)}))
+        assert kafka.paused() == set()
+        kafka._fetcher._records[changelog] = "fetched"
+        fetch_only(kafka, frozenset({TP("transactions", 0), TP("card-changelog", 0)}))
+        assert set(kafka._fetcher._records) == {log, changelog}  # nothing paused: kept
+        # the consumer thread applies it before each fetch, with what the app's loop wants
+        consumer, _ = real_consumer({})
+        consumer._thread.wanted = frozenset({TP("transactions", 0)})
+        consumer.stop_flow()  # Faust's fetch then returns at once
+        assert await consumer._thread._fetch_records(kafka, {TP("transactions", 0)}) == {}
+        assert kafka.paused() == {changelog}
+    finally:
+        kafka._fetcher = None
+        await kafka.stop()
+
+
+async def test_the_first_fetch_after_a_restore_does_not_wait_out_a_second() -> None:
+    """From an assignment until its tables are restored Faust reads no partition, and its
+    fetch loop slept 1 s at a time: the first events after a rebalance waited for it."""
+    consumer, _ = real_consumer({A: 0, B: 0})
+    fetched: list[set[TP]] = []
+
+    async def getmany(active, _timeout):
+        fetched.append(set(active))
+        return {}
+
+    consumer._thread.getmany = getmany
+    consumer.pause_partitions({A, B})
+    assert await consumer._wait_next_records(0.05) == ({}, set())  # nothing read: no fetch
+    assert fetched == []
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    waiting = asyncio.ensure_future(consumer._wait_next_records(5.0))
+    await asyncio.sleep(0.02)
+    assert not waiting.done()
+    consumer.resume_partitions({A})
+    await asyncio.wait_for(waiting, 1.0)
+    assert loop.time() - started < 1.0
+    assert fetched == [{A}]
 
 
 async def test_assignment_asks_for_every_committed_offset_in_one_request() -> None:
