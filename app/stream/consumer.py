@@ -32,8 +32,11 @@ rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #68
    and nobody took what it fetched. aiokafka sends no fetch to a broker while a fetched, untaken
    result younger than its prefetch backoff (100 ms) waits: each of the worker's own changelog
    writes, fetched back, held every input partition on that broker for 100 ms.
-9. While Faust reads no partition at all (from an assignment until its tables are restored)
-   the fetch loop waits for the first partition it resumes, not Faust's fixed 1 s sleep.
+9. While Faust reads no partition at all (from an assignment until its tables are restored:
+   it resumes the flow before the partitions) the fetch loop waits for the first partition it
+   resumes, not Faust's fixed 1 s sleep; and one fetch call waits 100 ms at most for records,
+   not 1 s (a call asks for the partitions Faust read when it began). Every rebalance held
+   the first records of the partitions it assigned for up to a second.
 
 In exactly_once (the app's `fraudstream_processing`) it reads read_committed, leaves the input
 topic's offsets to the score engine's Kafka transactions (app.stream.txnsink; a commit of its
@@ -85,6 +88,10 @@ CHUNK_QUEUE_SIZE = 4
 BUSY_FETCH_MIN_BYTES_PER_PARTITION = 16 * 1024
 #: ...but no longer than this (ms); an idle worker's fetch returns as soon as a record arrives.
 BUSY_FETCH_MAX_WAIT_MS = 5
+#: The longest one fetch call waits for records (Faust's: 1 s). A call asks for the partitions
+#: Faust read when it began, so one begun in a rebalance, before the new partitions are resumed,
+#: held their first records back until it timed out (correction 9).
+FETCH_POLL_S = 0.1
 #: While a topic's queue is full, a fetch of the other topics waits at most this long (s).
 BLOCKED_TOPIC_POLL_S = 0.005
 #: How long a revoke waits for the engine's in-flight batches before it commits what is done.
@@ -495,7 +502,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
     async def _until_readable(self, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait until Faust reads some partition again (at most `timeout`): whether it does. Faust
         sleeps a whole second when it reads none (every partition is paused from an assignment
-        until its tables are restored), so the first fetch after a rebalance came up to 1 s late."""
+        until its tables are restored), so the first fetch after a rebalance came up to 1 s late
+        (correction 9)."""
         if self.app.client_only or not self.flow_active or self._get_active_partitions():
             return True
         self._readable.clear()
@@ -504,6 +512,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
         return bool(self._get_active_partitions())
 
     async def _wait_next_records(self, timeout: float) -> Any:  # noqa: ASYNC109
+        if not self.flow_active:  # a rebalance: Faust resumes the flow before the partitions
+            await self.wait(self.can_resume_flow)
         if not await self._until_readable(timeout):
             return {}, set()
         records, active = await super()._wait_next_records(timeout)
@@ -647,7 +657,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                generation, chunked, single = await self._fetch(timeout=1.0)
+                generation, chunked, single = await self._fetch(timeout=FETCH_POLL_S)
                 await self.sleep(0)
                 if self.should_stop:
                     continue

@@ -373,6 +373,19 @@ async def test_the_first_fetch_after_a_restore_does_not_wait_out_a_second() -> N
     await asyncio.wait_for(waiting, 1.0)
     assert loop.time() - started < 1.0
     assert fetched == [{A}]
+    # a rebalance: Faust stops the flow and pauses everything, then resumes the flow first
+    consumer.stop_flow()
+    consumer.pause_partitions({A, B})
+    started = loop.time()
+    waiting = asyncio.ensure_future(consumer._wait_next_records(5.0))
+    await asyncio.sleep(0.01)
+    consumer.resume_flow()
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    consumer.resume_partitions({B})
+    await asyncio.wait_for(waiting, 1.0)
+    assert loop.time() - started < 1.0
+    assert fetched == [{A}, {B}]
 
 
 async def test_assignment_asks_for_every_committed_offset_in_one_request() -> None:
