@@ -449,6 +449,16 @@ class FraudConsumer(faust_aiokafka.Consumer):
             except Exception as exc:  # noqa: BLE001 - the new owner re-reads from the last commit
                 log.info("no commit before the rebalance (%r): uncommitted work is read again",
                          exc)
+                if isinstance(exc, TimeoutError):
+                    # Faust's own revoke waits, without end, for every message read and not
+                    # acked: a loop that did not settle held the group in its rebalance until
+                    # the coordinator dropped this member (a minute). The new owners read the
+                    # revoked partitions again from the last commit; what this worker keeps is
+                    # acked whenever its loop gets to it.
+                    stuck = list(self._unacked_messages)
+                    self.release(stuck)
+                    log.warning("the loops did not settle within %.0f s: %d messages released "
+                                "(%s)", SETTLE_ON_REVOKE_S, len(stuck), _stacks_of_loops())
         await super().on_partitions_revoked(revoked)
 
     # --- fetch pacing: larger fetches only while a loop is busy -------------------------------
@@ -759,6 +769,18 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 "fetched": _names(getattr(inner._fetcher, "_records", {}).keys()),
             }
         return state
+
+
+def _stacks_of_loops() -> str:
+    """Where the score and dispatch loops and the checkpoint are waiting (for the log)."""
+    out = []
+    for task in asyncio.all_tasks():
+        text = repr(task)
+        if any(k in text for k in ("score", "dispatch", "Checkpoint")):
+            frames = task.get_stack(limit=12)
+            out.append(text[:120] + ": " + " <- ".join(
+                f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames)))
+    return "; ".join(out) or "no loop task found"
 
 
 def _name(tp: Any) -> str:

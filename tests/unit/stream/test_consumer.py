@@ -203,6 +203,44 @@ async def test_a_revoke_commits_the_finished_work_before_faust_forgets_it() -> N
     assert A not in consumer._acked  # Faust's own bookkeeping is dropped afterwards
 
 
+async def test_a_loop_that_does_not_settle_does_not_hold_the_rebalance(monkeypatch) -> None:
+    """Faust's revoke waits without end for every read, unacked message: a loop stuck past
+    the settle timeout held the whole group in its rebalance until the coordinator dropped
+    this member (a minute, seen in exactly_once). Its messages are released instead: nothing
+    is committed for them, the new owner reads them again."""
+    monkeypatch.setattr("app.stream.consumer.SETTLE_ON_REVOKE_S", 0.05)
+    consumer, _ = real_consumer({A: 10})
+    committed: list[dict[TP, int]] = []
+
+    async def commit_on_thread(offsets: dict[TP, int]) -> bool:
+        committed.append(dict(offsets))
+        return True
+
+    async def stuck() -> None:
+        await asyncio.sleep(3600)
+
+    held = [message(A, 10), message(A, 11)]
+    for m in held:
+        consumer._unacked_messages.add(m)
+
+    emptied: list[bool] = []
+
+    async def faust_revoke(revoked: set[TP]) -> None:
+        waiter = asyncio.ensure_future(consumer.wait_empty())  # what Faust's revoke does first
+        done, _ = await asyncio.wait({waiter}, timeout=1.0)
+        emptied.append(bool(done))
+        if not done:
+            waiter.cancel()
+
+    consumer._thread.commit = commit_on_thread
+    consumer.settlers = [stuck]
+    consumer._on_partitions_revoked = faust_revoke
+    await consumer.on_partitions_revoked({A})
+    assert emptied == [True]
+    assert not consumer._unacked_messages and committed == []
+    assert not any(m.acked for m in held)
+
+
 async def test_a_rewind_queued_behind_a_rebalance_is_dropped() -> None:
     """The consumer thread runs a rewind asked during a rebalance only after it: seeking then
     would land after the new generation's seek to the commits and skip what lies between."""
