@@ -166,19 +166,21 @@ class FraudConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 def fetch_only(consumer: Any, wanted: frozenset[TP]) -> None:
     """Pause, in aiokafka, every assigned partition Faust does not read, and resume the ones it
-    reads again; drop what was fetched for a partition just paused (aiokafka's position stays at
-    its first record: it is fetched again on resume). Run it on the consumer's own thread."""
+    reads again; drop what was fetched for a paused partition (aiokafka's position stays at its
+    first record: it is fetched again on resume). Run it on the consumer's own thread."""
     paused = consumer.paused()
     stop = [TopicPartition(tp.topic, tp.partition) for tp in consumer.assignment()
             if tp not in wanted and tp not in paused]
     resume = [tp for tp in paused if tp in wanted]
     if stop:
         consumer.pause(*stop)
-        buffered = consumer._fetcher._records  # noqa: SLF001
-        for tp in stop:
-            buffered.pop(tp, None)
     if resume:
         consumer.resume(*resume)
+    # what was fetched for a paused partition (a fetch in flight when it was paused stores its
+    # result all the same) is dropped: nobody would take it
+    buffered = consumer._fetcher._records  # noqa: SLF001
+    for tp in [tp for tp in buffered if tp not in wanted and (tp in paused or tp in stop)]:
+        del buffered[tp]
 
 
 class FraudConsumer(faust_aiokafka.Consumer):

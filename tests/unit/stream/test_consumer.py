@@ -358,6 +358,11 @@ async def test_aiokafka_fetches_only_the_partitions_faust_reads() -> None:
         kafka._fetcher._records[changelog] = "fetched"
         fetch_only(kafka, frozenset({TP("transactions", 0), TP("card-changelog", 0)}))
         assert set(kafka._fetcher._records) == {log, changelog}  # nothing paused: kept
+        # a fetch in flight when the partition was paused stores its result all the same
+        fetch_only(kafka, frozenset({TP("transactions", 0)}))
+        kafka._fetcher._records[changelog] = "fetched late"
+        fetch_only(kafka, frozenset({TP("transactions", 0)}))
+        assert kafka._fetcher._records == {log: "fetched"}
         # the consumer thread applies it before each fetch, with what the app's loop wants
         consumer, _ = real_consumer({})
         consumer._thread.wanted = frozenset({TP("transactions", 0)})
