@@ -30,8 +30,8 @@ rebalances; reported upstream as faust-streaming #312, #606, robinhood/faust #68
 8. aiokafka fetches only the partitions Faust reads. Faust "pauses" a partition (a table's own
    changelog once restored, say) only in its own bookkeeping, so aiokafka went on fetching it,
    and nobody took what it fetched. aiokafka sends no fetch to a broker while a fetched, untaken
-   result younger than its prefetch backoff (100 ms) waits: each of the worker's own changelog
-   writes, fetched back, held every input partition on that broker for 100 ms.
+   result younger than its prefetch backoff (100 ms) waits: a worker's first card-state write,
+   fetched back, held every input partition on that broker for 100 ms.
 9. While Faust reads no partition at all (from an assignment until its tables are restored:
    it resumes the flow before the partitions) the fetch loop waits for the first partition it
    resumes, not Faust's fixed 1 s sleep; and one fetch call waits 100 ms at most for records,
