@@ -214,6 +214,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
             if getattr(self.app, "fraudstream_processing", "") == "exactly_once" else frozenset())
         self._gap_from: dict[TP, int] = {}  # gapped partitions: fetch position last seen
         self._gaps: dict[TP, set[int]] = {}  # gapped partitions: offsets known never handed
+        self._seeking: set[TP] = set()  # partitions whose seek is asked and not done yet
 
     def _new_consumer_thread(self) -> FraudConsumerThread:
         return FraudConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -247,11 +248,14 @@ class FraudConsumer(faust_aiokafka.Consumer):
             self._thread.seek(tp, offset)
             return True
 
+        self._seeking.add(tp)
         try:
             sought = await self._thread.call_thread(seek_on_thread)
         except Exception as exc:  # noqa: BLE001 - revoked meanwhile: its next owner reads it
             log.info("%s: not rewound (%r); its next owner starts at the commit", tp, exc)
             return False
+        finally:
+            self._seeking.discard(tp)
         if not sought or self.app.consumer_generation_id != generation:
             log.info("%s: rewind to %d dropped: a rebalance came first", tp, offset)
             return False
@@ -336,8 +340,13 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 continue
             fetched = sorted(r.offset for r in records.get(tp, ()))
             target = self.seek_targets.get(tp)
-            if fetched and target is not None and fetched[0] != self.passed(tp, target[0]):
-                # fetched before a pending seek: only what lies between its records is certain
+            if (fetched and target is not None and tp in self._seeking
+                    and fetched[0] != self.passed(tp, target[0])):
+                # maybe fetched before a seek not done yet: only what lies between its records
+                # is certain. Once the seek is done everything fetched started at its target
+                # (aiokafka drops what it held and what was asked from elsewhere), so a target
+                # that is a commit marker or an aborted record is a gap like any other; taken
+                # for a stale fetch, it was waited for, and re-sought, for ever.
                 start = fetched[0]
             committed = self._committed_offset.get(tp)
             have = set(fetched)
@@ -370,7 +379,11 @@ class FraudConsumer(faust_aiokafka.Consumer):
         # target itself arrives (records fetched before the seek are stale)
         self.seek_targets[partition] = (offset, self.app.consumer_generation_id, time.monotonic())
         self._gap_from[partition] = offset
-        await self._thread.call_thread(self._thread.seek, partition, offset)
+        self._seeking.add(partition)
+        try:
+            await self._thread.call_thread(self._thread.seek, partition, offset)
+        finally:
+            self._seeking.discard(partition)
 
     # --- correction 7: one request for the committed offsets at assignment ----------------------
     async def seek_to_committed(self) -> Mapping[TP, int | None]:

@@ -447,6 +447,10 @@ async def test_assignment_asks_for_every_committed_offset_in_one_request() -> No
 ACT = TP("actions", 0)
 
 
+async def _call_now(fun, *args):
+    return fun(*args)
+
+
 def eos_consumer(committed: int) -> FraudConsumer:
     """A consumer of an exactly_once app: `actions` is gapped, `transactions` transactional."""
     import faust
@@ -483,9 +487,26 @@ def test_a_fetch_from_before_a_pending_seek_fills_only_between_its_records() -> 
     consumer = eos_consumer(10)
     consumer._gap_from[ACT] = 10
     consumer.seek_targets[ACT] = (10, 1, 0.0)  # records fetched before the seek start at 20
+    consumer._seeking.add(ACT)  # the seek is not done yet
     consumer.fetch_positions = lambda: {ACT: 23}
     consumer._fill_gaps({ACT: [SimpleNamespace(offset=o) for o in (20, 22)]})
     assert sorted(consumer._acked[ACT]) == [21]  # 10..19 are not known to be markers
+
+
+async def test_a_seek_to_a_commit_marker_is_not_waited_for_ever() -> None:
+    """After a worker is killed mid-transaction, its aborted actions and their marker follow
+    the dispatcher's commit: a rewind to that offset fetched the next committed record, which
+    was taken for a fetch from before the seek, and the partition was re-sought for ever
+    (worker-dies-exactly_once, ci53)."""
+    consumer = eos_consumer(10)
+    consumer.assignment = lambda: {ACT, A}
+    consumer._thread.call_thread = _call_now
+    consumer._thread.seek = lambda tp, offset: None
+    assert await consumer.rewind(ACT, 10, "gap") is True
+    consumer.fetch_positions = lambda: {ACT: 16}  # 10..13 aborted, 14 their marker
+    consumer._fill_gaps({ACT: [SimpleNamespace(offset=15)]})
+    assert consumer.passed(ACT, 10) == 15
+    assert not consumer._stale(ACT, 15)  # the target's next record ends the seek's filter
 
 
 def test_at_least_once_has_no_gapped_topic() -> None:
