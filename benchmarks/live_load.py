@@ -15,10 +15,13 @@ append of its served row (both topics stamp LogAppendTime), for every transactio
 cold p99, worker CPU µs per event, mean batch size. The SLO rate is the highest step with steady
 p99 ≤ 50 ms and every lower step within it too; it is printed as a ratio of the raw rate.
 
-The overload run (--overload) feeds 1.3× the SLO rate for `OVERLOAD_S`, then 0.5× for
-`RECOVER_S`, and prints per second: offered and served events, the backlog (appended − served,
-which with a bounded worker queue lives in Kafka as consumer lag), the worker's RSS, and the p99
-of the events appended in that second; then how long after the drop p99 was back within budget.
+The overload run (--overload) feeds 1.3× the SLO rate for `OVERLOAD_S` (or `--overload-share`
+of the raw rate: a load above the worker's capacity), then 0.5× the SLO rate for `RECOVER_S`, and
+prints per second: offered and served events, the backlog (appended − served, which with a
+bounded worker queue lives in Kafka as consumer lag), the worker's RSS and its cached card states
+(the decoded cards it keeps, bounded by FRAUDSTREAM_CARD_CACHE: what RSS grows with while new
+cards arrive), and the p99 of the events appended in that second; then how long after the drop
+p99 was back within budget, and RSS over the seconds the card cache did not grow.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -100,6 +104,8 @@ class Timeline:
     served: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     latency: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     rss_mb: dict[int, float] = field(default_factory=dict)
+    cards: dict[int, int] = field(default_factory=dict)
+    events: dict[int, int] = field(default_factory=dict)
 
 
 def rss_mb(pid: int) -> float:
@@ -110,6 +116,18 @@ def rss_mb(pid: int) -> float:
     except OSError:
         pass
     return float("nan")
+
+
+def cached_cards(port: int) -> tuple[int, int] | None:
+    """The worker's decoded card states and the events they buffer (its /debug/consumer page;
+    None when not answering)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/consumer",  # noqa: S310
+                                    timeout=2) as resp:
+            cards = orjson.loads(resp.read())["cards"]
+        return int(cards["cached"]), int(cards["cached_events"])
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def batch_mean(text: str) -> float:
@@ -226,9 +244,11 @@ def run_raw_step(base: Settings, lines: list[bytes], rate: float, seconds: float
     return _step(rate, rows, (c1 - c0) / max(1, fed) * 1e6, float("nan"))
 
 
-def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> list[str]:
-    """Feed 1.3× `slo` then 0.5×; print the timeline; returns the summary lines."""
-    high, low = OVERLOAD * slo, RECOVER_LOAD * slo
+def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
+                 high: float | None = None) -> list[str]:
+    """Feed `high` (default 1.3× `slo`) then 0.5× `slo`; print the timeline; returns the
+    summary lines."""
+    high, low = high or OVERLOAD * slo, RECOVER_LOAD * slo
     settings = fresh(base, uuid.uuid4().hex[:6])
     timeline = Timeline()
     try:
@@ -238,7 +258,11 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> l
 
         def sample() -> None:
             while not stop.wait(1.0):
-                timeline.rss_mb[int(time.time() - t0)] = rss_mb(worker.pid)
+                sec = int(time.time() - t0)
+                timeline.rss_mb[sec] = rss_mb(worker.pid)
+                cached = cached_cards(worker.port)
+                if cached is not None:
+                    timeline.cards[sec], timeline.events[sec] = cached
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -259,8 +283,8 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> l
         timeline.served[(served - start_ms) // 1000] += 1
         timeline.latency[(src - start_ms) // 1000].append(lat)
     print(f"overload: {high:,.0f} ev/s for {OVERLOAD_S:.0f} s, then {low:,.0f} ev/s for "
-          f"{RECOVER_S:.0f} s (per second: appended, served, backlog, worker RSS, p99 of the "
-          f"events appended then)")
+          f"{RECOVER_S:.0f} s (per second: appended, served, backlog, worker RSS, cached cards and "
+          f"the events their windows hold, p99 of the events appended then)")
     backlog = 0
     last = max(max(timeline.appended), max(timeline.served))
     for sec in range(0, last + 1):
@@ -268,23 +292,44 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path) -> l
         lat = timeline.latency.get(sec, [])
         print(f"  t={sec:3d}s appended {timeline.appended.get(sec, 0):6d} served "
               f"{timeline.served.get(sec, 0):6d} backlog {backlog:7d} RSS "
-              f"{timeline.rss_mb.get(sec, float('nan')):6.0f} MB p99 {pct(lat, 0.99):8.1f} ms")
+              f"{timeline.rss_mb.get(sec, float('nan')):6.0f} MB cards "
+              f"{timeline.cards.get(sec, -1):7d} events {timeline.events.get(sec, -1):8d} "
+              f"p99 {pct(lat, 0.99):8.1f} ms")
     drop = int(OVERLOAD_S)
     back = next((sec for sec in range(drop, last + 1)
                  if all(pct(timeline.latency.get(s, []), 0.99) <= BUDGET_MS
                         for s in range(sec, last + 1) if timeline.latency.get(s))), None)
     rss = [v for v in timeline.rss_mb.values() if v == v]
     summary = [
-        f"- {high:,.0f} ev/s (1.3× the SLO rate) for {OVERLOAD_S:.0f} s, then {low:,.0f} ev/s "
-        f"(0.5×) for {RECOVER_S:.0f} s.",
+        f"- {high:,.0f} ev/s ({high / slo:.1f}× the SLO rate) for {OVERLOAD_S:.0f} s, then "
+        f"{low:,.0f} ev/s (0.5×) for {RECOVER_S:.0f} s.",
         f"- Peak backlog {max(_running(timeline)):,} events (appended, not yet served: in Kafka, "
-        f"the worker holds at most a few batches); worker RSS {min(rss):.0f}–{max(rss):.0f} MB.",
+        f"the worker holds at most a few batches); worker RSS {min(rss):.0f}–{max(rss):.0f} MB "
+        f"with {_cards_span(timeline)} cached card states; {_rss_by_phase(timeline)}.",
         "- p99 back within the budget " + (f"{back - drop} s after the drop." if back is not None
                                            else "never within the run."),
     ]
     for line in summary:
         print("overload: " + line[2:])
     return summary
+
+
+def _cards_span(timeline: Timeline) -> str:
+    cards = list(timeline.cards.values())
+    return f"{min(cards):,}–{max(cards):,}" if cards else "unknown"
+
+
+def _rss_by_phase(timeline: Timeline) -> str:
+    """RSS over each third of the overload and over the recovery: still rising late in the
+    overload means memory grows with the load, not only with the cards first seen."""
+    def span(lo: float, hi: float) -> str:
+        vals = [v for s, v in timeline.rss_mb.items() if lo <= s < hi and v == v]
+        return f"{min(vals):.0f}–{max(vals):.0f}" if vals else "–"
+
+    third = OVERLOAD_S / 3
+    return ("RSS by third of the overload " + " / ".join(span(k * third, (k + 1) * third)
+                                                          for k in range(3))
+            + f" MB, during the recovery {span(OVERLOAD_S, OVERLOAD_S + RECOVER_S)} MB")
 
 
 def _running(timeline: Timeline) -> list[int]:
@@ -304,10 +349,13 @@ def _running(timeline: Timeline) -> list[int]:
 @click.option("--raw-live/--no-raw-live", default=True, show_default=True,
               help="Also feed the raw loop live at the same rates (its own SLO rate).")
 @click.option("--overload/--no-overload", default=True, show_default=True)
+@click.option("--overload-share", type=float, default=None,
+              help="Overload at this share of the raw rate instead of 1.3× the SLO rate "
+                   "(a load above the worker's capacity).")
 @click.option("--docs/--no-docs", default=False, show_default=True,
               help="Append the run to docs/benchmarks/live_load.md.")
 def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: bool,
-         overload: bool, docs: bool) -> None:
+         overload: bool, overload_share: float | None, docs: bool) -> None:
     base, broker_pid = bench_stack()
     shares = [float(s) for s in steps.split(",")]
     raws: list[Side] = []
@@ -328,8 +376,8 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
         print(f"backlog ratio (median of {raw_runs}): {backlog_ratio:.3f}×", flush=True)
         need = int(max(shares) * raw * seconds * 1.05)
         if overload:
-            need = max(need, int(raw * max(shares) * (OVERLOAD * OVERLOAD_S
-                                                      + RECOVER_LOAD * RECOVER_S)))
+            high = max(max(shares) * OVERLOAD, overload_share or 0.0)
+            need = max(need, int(raw * high * OVERLOAD_S + raw * max(shares) * RECOVER_S))
         lines = lines_of(make_log(cards=max(10_000, need // 40), txns=need, seed=5))
         results: list[Step] = []
         print(f"{'offered':>9s} {'share':>6s} {'p50':>7s} {'p99':>8s} {'cold p99':>9s} "
@@ -362,7 +410,8 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
                   f"{slo / raw_slo if raw_slo else float('nan'):.2f}× that", flush=True)
         summary: list[str] = []
         if overload and slo > 0:
-            summary = run_overload(base, lines, slo, Path(tmp))
+            summary = run_overload(base, lines, slo, Path(tmp),
+                                   high=overload_share * raw if overload_share else None)
     if docs:
         from bench_report import write_live_load
 

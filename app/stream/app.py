@@ -238,6 +238,7 @@ def create_app(
         recovery = app.tables.recovery
         return web.json({**app.consumer.state(), "sequencer": sequencer.state(),
                          "cards": {"cached": pipeline.cached_cards,
+                                   "cached_events": pipeline.cached_events,
                                    "restored": card_state.restorer.restored,  # type: ignore[attr-defined]
                                    "standby_lag": standby_lag(recovery),
                                    "standbys": sorted(f"{tp.topic}:{tp.partition}"

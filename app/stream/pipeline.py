@@ -95,10 +95,16 @@ class TransactionPipeline:
         """Decoded card states held between batches."""
         return len(self._cards)
 
+    @property
+    def cached_events(self) -> int:
+        """Events buffered in the decoded states (what their memory grows with; O(cards))."""
+        return sum(len(card.state) for card in self._cards.values())
+
     def forget(self) -> None:
         """Drop the decoded states (partitions moved): the next batch reads the store again."""
         self._cards.clear()
         self._changed.clear()
+        metrics.CARDS_CACHED.set(0)
 
     def process(self, batch: Sequence[SourceMessage], *, snapshot: bool = True) -> BatchOutcome:
         """Route and fold a batch. Nothing is saved: call `persist` once the outputs are flushed,
@@ -151,6 +157,7 @@ class TransactionPipeline:
             out.saves = self.snapshot()
         if self.max_cached_cards and len(cards) > self.max_cached_cards:
             self._trim()
+        metrics.CARDS_CACHED.set(len(cards))
         return out
 
     def _trim(self) -> None:
@@ -167,7 +174,6 @@ class TransactionPipeline:
                     break
         for card_id in victims:
             del cards[card_id]
-        metrics.CARDS_CACHED.set(len(cards))
 
     def snapshot(self) -> dict[str, tuple[int, bytes]]:
         """The record of every card changed since the last snapshot: card_id → (source

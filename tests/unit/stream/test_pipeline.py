@@ -8,7 +8,7 @@ import pytest
 from app.features.declaration import FEATURE_NAMES
 from app.kafka import topics
 from app.kafka.records import H_REASON_CODE, H_SOURCE_OFFSET, SourceMessage, header_map
-from app.stream import cardrecord
+from app.stream import cardrecord, metrics
 from app.stream.pipeline import BatchOutcome, TransactionPipeline, served_row
 from app.stream.served import decode_served
 
@@ -204,3 +204,25 @@ def test_a_bounded_card_cache_serves_the_same_features_as_an_unbounded_one() -> 
     for snapshot_every in (1, 3):
         assert served(2, snapshot_every) == unbounded
         assert served(5, snapshot_every) == unbounded
+
+
+def test_the_cached_cards_gauge_follows_the_cache_below_its_bound_and_after_a_rebalance() -> None:
+    """fraudstream_cards_cached is what the worker holds (what its memory grows with), not only
+    what it was last trimmed to."""
+    gauge = metrics.CARDS_CACHED
+    pipe = TransactionPipeline(DictStore(), clock_ms=lambda: NOW, allowed_lateness_ms=300_000,
+                               max_message_bytes=8192, max_cached_cards=4)
+    pipe.process(msgs([txn(i, card=f"c{i}") for i in range(3)]))
+    assert gauge._value.get() == 3
+    pipe.process(msgs([txn(i, card=f"c{i}") for i in range(3, 9)], start=3))
+    assert gauge._value.get() == pipe.cached_cards <= 4 + len(pipe._changed)
+    pipe.forget()
+    assert gauge._value.get() == 0
+
+
+def test_cached_events_counts_what_the_decoded_windows_hold(store: DictStore) -> None:
+    p = pipeline(store)
+    p.run(msgs([txn(1), txn(2), txn(3, card="c2")]))
+    assert p.cached_events == 3
+    p.forget()
+    assert p.cached_events == 0

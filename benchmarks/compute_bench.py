@@ -1,0 +1,109 @@
+"""The worker's own work per event, without Kafka: fold, score, card snapshot, by batch size.
+
+    .venv/bin/python benchmarks/compute_bench.py                       # batches 37 and 512
+    .venv/bin/python benchmarks/compute_bench.py --batches 8,64,512 --cards 100000
+
+What one score-engine batch does between fetch and produce, in this process: the transaction
+pipeline (contract, card fold, feature vectors), the scoring stage (model, served rows,
+actions, drift, explanations) and the card snapshot the engine takes every ~100 ms of input
+(here: every `--snapshot-every` events, default 420 = 100 ms at 4,200 ev/s), on the project's
+default model. Card states live in a dict, as if every card were cached. Batch sizes alternate
+within one process, `--rounds` times each, on the same generated log; the median round is
+printed per batch size.
+
+The figure bounds any worker: one process holds the GIL for this much per event whatever its
+Kafka client does, so 1e6 / (µs per event) is the most events per second one worker can serve
+with no I/O at all. Compare it with the live-load bench's raw loop (benchmarks/live_load.py):
+its rate, and what it costs per event fed live.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import click
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.kafka.records import SourceMessage  # noqa: E402
+from app.scoring.registry import ModelRegistry  # noqa: E402
+from app.settings import load_settings  # noqa: E402
+from app.stream.pipeline import TransactionPipeline  # noqa: E402
+from app.stream.scoring import ScoringStage  # noqa: E402
+from tests.support.pipeline import lines_of, make_log  # noqa: E402
+
+PARTITIONS = 8
+
+
+class _Cards(dict):  # type: ignore[type-arg]
+    """A CardStore in a dict (app.stream.pipeline.CardStore)."""
+
+    def load(self, card_id: str) -> bytes | None:
+        return self.get(card_id)
+
+    def save(self, card_id: str, data: bytes, partition: int) -> None:
+        self[card_id] = data
+
+
+def one_pass(lines: list[bytes], batch: int, snapshot_every: int) -> tuple[float, float, float]:
+    """(fold, score, snapshot) seconds over `lines` in batches of `batch`, fresh state."""
+    settings = load_settings()
+    clock = time.time_ns
+    stage = ScoringStage(ModelRegistry.from_settings(settings).load(settings.model_version),
+                         settings, lambda: clock() // 1_000_000)
+    pipeline = TransactionPipeline(_Cards(), clock_ms=lambda: clock() // 1_000_000,
+                                   allowed_lateness_ms=settings.allowed_lateness_ms,
+                                   max_message_bytes=settings.max_message_bytes)
+    messages = [SourceMessage("transactions", i % PARTITIONS, i // PARTITIONS, None, line)
+                for i, line in enumerate(lines)]
+    fold = score = snap = 0.0
+    since_snapshot = 0
+    for start in range(0, len(messages), batch):
+        chunk = messages[start:start + batch]
+        t0 = time.perf_counter()
+        outcome = pipeline.process(chunk, snapshot=False)
+        t1 = time.perf_counter()
+        stage.run(outcome.scored)
+        t2 = time.perf_counter()
+        since_snapshot += len(chunk)
+        if since_snapshot >= snapshot_every:
+            pipeline.snapshot()
+            since_snapshot = 0
+        t3 = time.perf_counter()
+        fold, score, snap = fold + t1 - t0, score + t2 - t1, snap + t3 - t2
+    return fold, score, snap
+
+
+@click.command()
+@click.option("--txns", default=100_000, show_default=True)
+@click.option("--cards", default=20_000, show_default=True,
+              help="Distinct cards in the log (live-load bench: txns / 40, at least 10,000).")
+@click.option("--batches", default="37,512", show_default=True,
+              help="Batch sizes (37: a live batch at ~4k ev/s; 512: the backlog's max_batch).")
+@click.option("--snapshot-every", default=420, show_default=True,
+              help="Events between card snapshots.")
+@click.option("--rounds", default=3, show_default=True)
+def main(txns: int, cards: int, batches: str, snapshot_every: int, rounds: int) -> None:
+    lines = lines_of(make_log(cards=cards, txns=txns, seed=5))
+    sizes = [int(b) for b in batches.split(",")]
+    runs: dict[int, list[tuple[float, float, float]]] = {b: [] for b in sizes}
+    for _ in range(rounds):
+        for b in sizes:
+            runs[b].append(one_pass(lines, b, snapshot_every))
+    n = len(lines)
+    print(f"{n:,} events over {cards:,} cards, snapshot every {snapshot_every} events; "
+          f"median of {rounds} rounds, µs per event:")
+    print(f"{'batch':>6s} {'fold':>7s} {'score':>7s} {'snapshot':>9s} {'total':>7s} "
+          f"{'one-core ceiling':>17s}")
+    for b in sizes:
+        fold, score, snap = (statistics.median(r[i] for r in runs[b]) * 1e6 / n for i in range(3))
+        total = fold + score + snap
+        print(f"{b:6d} {fold:7.1f} {score:7.1f} {snap:9.1f} {total:7.1f} "
+              f"{1e6 / total:11,.0f} ev/s")
+
+
+if __name__ == "__main__":
+    main()
