@@ -27,6 +27,7 @@ p99 was back within budget, and RSS over the seconds the card cache did not grow
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import statistics
 import sys
@@ -90,6 +91,7 @@ class Step:
     mean_batch: float
     served_rate: float
     within_budget: float  # share of steady events served within the budget
+    gc_pauses: tuple[int, float] = (0, float("nan"))  # (pauses > 25 ms, longest ≤ this bucket, s)
 
     @property
     def ok(self) -> bool:
@@ -128,6 +130,21 @@ def cached_cards(port: int) -> tuple[int, int] | None:
         return int(cards["cached"]), int(cards["cached_events"])
     except (OSError, KeyError, ValueError):
         return None
+
+
+def gc_pauses(text: str, over_s: float = 0.025) -> tuple[int, float]:
+    """From a worker's /metrics: (collector pauses longer than `over_s`, the upper bound of the
+    bucket holding the longest one) over all generations."""
+    buckets: dict[float, float] = defaultdict(float)
+    for line in text.splitlines():
+        if line.startswith("fraudstream_gc_pause_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets[float(le)] += float(line.rsplit(" ", 1)[1])
+    if not buckets:
+        return 0, float("nan")
+    total = buckets[float("inf")]
+    longest = min(le for le, count in buckets.items() if count >= total)
+    return int(total - buckets.get(over_s, total)), longest
 
 
 def batch_mean(text: str) -> float:
@@ -182,13 +199,15 @@ def run_step(base: Settings, lines: list[bytes], rate: float, seconds: float, tm
             wait_until(lambda: handled(worker.port) >= n, timeout_s=120 + seconds,
                        interval_s=0.25, what="every transaction handled")
             cpu = cpu_s(worker.pid) - c0
-            mean_batch = batch_mean(scrape(worker.port))
+            text = scrape(worker.port)
+            mean_batch = batch_mean(text)
         finally:
             worker.stop()
         rows = latencies(settings)
     finally:
         asyncio.run(drop_topics(settings))
-    return _step(rate, rows, cpu / max(1, n) * 1e6, mean_batch)
+    return dataclasses.replace(_step(rate, rows, cpu / max(1, n) * 1e6, mean_batch),
+                               gc_pauses=gc_pauses(text))
 
 
 def _step(rate: float, rows: list[tuple[int, float, int]], cpu_us: float,
@@ -381,14 +400,15 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
         lines = lines_of(make_log(cards=max(10_000, need // 40), txns=need, seed=5))
         results: list[Step] = []
         print(f"{'offered':>9s} {'share':>6s} {'p50':>7s} {'p99':>8s} {'cold p99':>9s} "
-              f"{'cold max':>9s} {'in budget':>9s} {'µs/ev':>6s} {'batch':>6s}", flush=True)
+              f"{'cold max':>9s} {'in budget':>9s} {'µs/ev':>6s} {'batch':>6s} {'gc>25ms':>7s} "
+              f"{'gc max≤':>7s}", flush=True)
         for share in shares:
             step = run_step(base, lines, share * raw, seconds, Path(tmp))
             results.append(step)
             print(f"{step.offered:9,.0f} {share:6.2f} {step.steady_p50:7.1f} "
                   f"{step.steady_p99:8.1f} {step.cold_p99:9.1f} {step.cold_max:9.1f} "
-                  f"{step.within_budget:9.3%} {step.cpu_us:6.1f} {step.mean_batch:6.1f}",
-                  flush=True)
+                  f"{step.within_budget:9.3%} {step.cpu_us:6.1f} {step.mean_batch:6.1f} "
+                  f"{step.gc_pauses[0]:7d} {step.gc_pauses[1] * 1000:5.0f}ms", flush=True)
         slo = slo_rate(results)
         at = next((s for s in results if s.offered == slo), None)
         print(f"SLO rate (steady p99 ≤ {BUDGET_MS:.0f} ms): {slo:,.0f} ev/s = "

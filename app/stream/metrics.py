@@ -97,6 +97,12 @@ LOOP_LAG: Final = Histogram(
     "How late a 100 ms timer fires: time the event loop was held by other work.",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+GC_PAUSE: Final = Histogram(
+    "fraudstream_gc_pause_seconds",
+    "Garbage-collector pauses of the worker process (the GIL is held), by generation.",
+    ["generation"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
 LOOP_LAG_MAX: Final = Gauge(
     "fraudstream_event_loop_lag_max_seconds", "Longest event-loop stall seen by this worker."
 )

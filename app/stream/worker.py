@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 
 import faust
@@ -12,17 +11,12 @@ from app.kafka.topics import ensure_topics
 from app.scoring.contract import ModelError
 from app.scoring.registry import LoadedModel, ModelRegistry
 from app.settings import Settings
+from app.stream import collector
 from app.stream.app import AgentName, create_app, worker_datadir
 from app.stream.control import latest_activation
 from app.stream.membership import leave_for_predecessor
 
 log = logging.getLogger(__name__)
-
-#: The collector's thresholds while a worker runs: a young collection every 20k allocations (not
-#: 700) and full ones rarely. A batch allocates thousands of short-lived objects while thousands
-#: of cached card states live on; at the defaults the collector took ~10 % of the worker's CPU
-#: (py-spy), rescanning the same long-lived objects. Everything loaded at start-up is frozen.
-GC_THRESHOLDS = (20_000, 20, 1_000)
 
 
 class WorkerStartError(RuntimeError):
@@ -93,8 +87,6 @@ def run_worker(
         level = logging.WARNING if membership.startswith("could not") else logging.INFO
         log.log(level, "group membership at start: %s", membership)
 
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    collector.tune()
     worker = faust.Worker(fraud.app, loglevel=loglevel)
     worker.execute_from_commandline()
