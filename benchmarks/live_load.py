@@ -21,7 +21,7 @@ prints per second: offered and served events, the backlog (appended − served, 
 bounded worker queue lives in Kafka as consumer lag), the worker's RSS and its cached card states
 (the decoded cards it keeps, bounded by FRAUDSTREAM_CARD_CACHE: what RSS grows with while new
 cards arrive), and the p99 of the events appended in that second; then how long after the drop
-p99 was back within budget, and RSS over the seconds the card cache did not grow.
+p99 was back within budget, and RSS by third of the overload and during the recovery.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from pipeline_bench import (  # noqa: E402
     backlog_pair,
     bench_stack,
     cpu_s,
+    debug_consumer,
     fresh,
     handled,
     pct,
@@ -120,16 +120,10 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def cached_cards(port: int) -> tuple[int, int] | None:
-    """The worker's decoded card states and the events they buffer (its /debug/consumer page;
-    None when not answering)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/consumer",  # noqa: S310
-                                    timeout=2) as resp:
-            cards = orjson.loads(resp.read())["cards"]
-        return int(cards["cached"]), int(cards["cached_events"])
-    except (OSError, KeyError, ValueError):
-        return None
+def card_cache(port: int) -> tuple[int, int] | None:
+    """The worker's decoded card states and the events they buffer; None when not answering."""
+    state = debug_consumer(port)
+    return None if state is None else (state["cards"]["cached"], state["cards"]["cached_events"])
 
 
 def gc_pauses(text: str, over_s: float = 0.025) -> tuple[int, float]:
@@ -279,7 +273,7 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
             while not stop.wait(1.0):
                 sec = int(time.time() - t0)
                 timeline.rss_mb[sec] = rss_mb(worker.pid)
-                cached = cached_cards(worker.port)
+                cached = card_cache(worker.port)
                 if cached is not None:
                     timeline.cards[sec], timeline.events[sec] = cached
 

@@ -222,14 +222,20 @@ def start_worker(settings: Settings, tmp: Path) -> Spawned:
     return worker
 
 
-def _assigned(port: int) -> bool:
+def debug_consumer(port: int) -> dict[str, Any] | None:
+    """The worker's /debug/consumer page, None while it does not answer."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/consumer",  # noqa: S310
                                     timeout=2) as resp:
-            state = orjson.loads(resp.read())
+            return orjson.loads(resp.read())
     except OSError:
-        return False
-    return any(name.split(":")[0].endswith(topics.TRANSACTIONS) for name in state["partitions"])
+        return None
+
+
+def _assigned(port: int) -> bool:
+    state = debug_consumer(port)
+    return state is not None and any(name.split(":")[0].endswith(topics.TRANSACTIONS)
+                                     for name in state["partitions"])
 
 
 def measure_worker(settings: Settings, total: int, tmp: Path, broker_pid: int | None) -> Side:
