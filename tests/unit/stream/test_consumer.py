@@ -13,6 +13,9 @@ from stream_support import A, B, message, real_consumer
 
 from app.stream.consumer import (
     BLOCKED_TOPIC_POLL_S,
+    BUSY_FETCH_MAX_WAIT_MS,
+    BUSY_FETCH_MIN_BYTES_PER_PARTITION,
+    IDLE_FETCH_MAX_WAIT_MS,
     Chunk,
     FraudConsumer,
     Transport,
@@ -539,3 +542,24 @@ def test_the_commit_watchdog_sees_no_stall_in_markers_acked_ahead_of_work() -> N
     acked(consumer, ACT, [12, 11])  # 11 done, 10 still in work: a real stall if it lasts
     consumer._gaps[ACT] = {12}
     assert watchdog.stuck(consumer) == [(ACT, 10)]
+
+
+async def test_a_fetch_parks_at_the_broker_no_longer_than_the_idle_wait() -> None:
+    """A broker answers one connection's requests in order: Faust's 1.5 s fetch wait held the
+    end offsets and metadata a rebalance's recovery asks for behind a fetch of quiet partitions
+    (0.3-1.4 s of a rolling restart's hand-over). A busy loop's fetch waits less still."""
+    consumer, _ = real_consumer({})
+    kafka = consumer._thread._create_worker_consumer(consumer.transport)
+    try:
+        assert kafka._fetch_max_wait_ms == IDLE_FETCH_MAX_WAIT_MS <= 100
+        # the fetcher (made at start) takes it; pacing switches to the busy values and back
+        fetcher = SimpleNamespace(_fetch_min_bytes=1, _fetch_max_wait_ms=kafka._fetch_max_wait_ms)
+        consumer._thread._consumer = SimpleNamespace(_fetcher=fetcher)
+        consumer.pace_fetch(True, 4)
+        assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (
+            4 * BUSY_FETCH_MIN_BYTES_PER_PARTITION, BUSY_FETCH_MAX_WAIT_MS)
+        consumer.pace_fetch(False, 4)
+        assert (fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms) == (1, IDLE_FETCH_MAX_WAIT_MS)
+    finally:
+        consumer._thread._consumer = None
+        await kafka.stop()
