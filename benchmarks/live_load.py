@@ -20,8 +20,10 @@ of the raw rate: a load above the worker's capacity), then 0.5× the SLO rate fo
 prints per second: offered and served events, the backlog (appended − served, which with a
 bounded worker queue lives in Kafka as consumer lag), the worker's RSS and its cached card states
 (the decoded cards it keeps, bounded by FRAUDSTREAM_CARD_CACHE: what RSS grows with while new
-cards arrive), and the p99 of the events appended in that second; then how long after the drop
-p99 was back within budget, and RSS by third of the overload and during the recovery.
+cards arrive), the memory its card store's RocksDB holds (memtables and block cache, bounded by
+the store's options), and the p99 of the events appended in that second; then how long after the
+drop p99 was back within budget, and RSS by third of the overload and during the recovery, as
+measured and less the card store's memory (what the process itself holds).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class Timeline:
     rss_mb: dict[int, float] = field(default_factory=dict)
     cards: dict[int, int] = field(default_factory=dict)
     events: dict[int, int] = field(default_factory=dict)
+    store_mb: dict[int, float] = field(default_factory=dict)
 
 
 def rss_mb(pid: int) -> float:
@@ -120,10 +123,14 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def card_cache(port: int) -> tuple[int, int] | None:
-    """The worker's decoded card states and the events they buffer; None when not answering."""
+def card_cache(port: int) -> tuple[int, int, float] | None:
+    """The worker's decoded card states, the events they buffer and the MB its card store
+    (RocksDB: memtables, block cache) holds; None when not answering."""
     state = debug_consumer(port)
-    return None if state is None else (state["cards"]["cached"], state["cards"]["cached_events"])
+    if state is None:
+        return None
+    cards = state["cards"]
+    return cards["cached"], cards["cached_events"], sum(cards["store_memory"].values()) / 2**20
 
 
 def gc_pauses(text: str, over_s: float = 0.025) -> tuple[int, float]:
@@ -275,7 +282,7 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
                 timeline.rss_mb[sec] = rss_mb(worker.pid)
                 cached = card_cache(worker.port)
                 if cached is not None:
-                    timeline.cards[sec], timeline.events[sec] = cached
+                    timeline.cards[sec], timeline.events[sec], timeline.store_mb[sec] = cached
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -297,7 +304,8 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
         timeline.latency[(src - start_ms) // 1000].append(lat)
     print(f"overload: {high:,.0f} ev/s for {OVERLOAD_S:.0f} s, then {low:,.0f} ev/s for "
           f"{RECOVER_S:.0f} s (per second: appended, served, backlog, worker RSS, cached cards and "
-          f"the events their windows hold, p99 of the events appended then)")
+          f"the events their windows hold, the card store's RocksDB memory, p99 of the events "
+          f"appended then)")
     backlog = 0
     last = max(max(timeline.appended), max(timeline.served))
     for sec in range(0, last + 1):
@@ -307,6 +315,7 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
               f"{timeline.served.get(sec, 0):6d} backlog {backlog:7d} RSS "
               f"{timeline.rss_mb.get(sec, float('nan')):6.0f} MB cards "
               f"{timeline.cards.get(sec, -1):7d} events {timeline.events.get(sec, -1):8d} "
+              f"store {timeline.store_mb.get(sec, float('nan')):5.0f} MB "
               f"p99 {pct(lat, 0.99):8.1f} ms")
     drop = int(OVERLOAD_S)
     back = next((sec for sec in range(drop, last + 1)
@@ -335,14 +344,20 @@ def _cards_span(timeline: Timeline) -> str:
 def _rss_by_phase(timeline: Timeline) -> str:
     """RSS over each third of the overload and over the recovery: still rising late in the
     overload means memory grows with the load, not only with the cards first seen."""
-    def span(lo: float, hi: float) -> str:
-        vals = [v for s, v in timeline.rss_mb.items() if lo <= s < hi and v == v]
+    own = {s: v - timeline.store_mb[s] for s, v in timeline.rss_mb.items()
+           if s in timeline.store_mb}
+
+    def span(series: dict[int, float], lo: float, hi: float) -> str:
+        vals = [v for s, v in series.items() if lo <= s < hi and v == v]
         return f"{min(vals):.0f}–{max(vals):.0f}" if vals else "–"
 
-    third = OVERLOAD_S / 3
-    return ("RSS by third of the overload " + " / ".join(span(k * third, (k + 1) * third)
-                                                          for k in range(3))
-            + f" MB, during the recovery {span(OVERLOAD_S, OVERLOAD_S + RECOVER_S)} MB")
+    def phases(series: dict[int, float]) -> str:
+        third = OVERLOAD_S / 3
+        return (" / ".join(span(series, k * third, (k + 1) * third) for k in range(3))
+                + f" MB, during the recovery {span(series, OVERLOAD_S, OVERLOAD_S + RECOVER_S)} MB")
+
+    return (f"RSS by third of the overload {phases(timeline.rss_mb)}; less the card store's "
+            f"RocksDB memory (bounded by its options) {phases(own)}")
 
 
 def _running(timeline: Timeline) -> list[int]:

@@ -239,6 +239,7 @@ def create_app(
         return web.json({**app.consumer.state(), "sequencer": sequencer.state(),
                          "cards": {"cached": pipeline.cached_cards,
                                    "cached_events": pipeline.cached_events,
+                                   "store_memory": card_state.store_memory(),  # type: ignore[attr-defined]
                                    "restored": card_state.restorer.restored,  # type: ignore[attr-defined]
                                    "standby_lag": standby_lag(recovery),
                                    "standbys": sorted(f"{tp.topic}:{tp.partition}"
@@ -247,6 +248,11 @@ def create_app(
                                         "completed": engine.checkpoint.completed},
                          "transactions": None if txns is None else {
                              "owned": sorted(txns.owned), "commits": txns.commits}})
+
+    @app.timer(interval=5.0)
+    async def card_store_memory() -> None:  # pragma: no cover - end to end
+        for kind, size in card_state.store_memory().items():  # type: ignore[attr-defined]
+            metrics.CARD_STORE_MEMORY.labels(kind).set(size)
 
     @app.timer(interval=1.0)
     async def reseek_held_partitions() -> None:  # pragma: no cover - end to end

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import rocksdict
 from faust.stores import base
@@ -45,6 +45,14 @@ class CardDBOptions:
     write_buffer_bytes: int = 16 << 20
     write_buffers: int = 2
     max_open_files: int = 256
+
+
+#: What RocksDB holds in memory, by kind, and the property that reads it. Memtables are bounded
+#: by write_buffer_bytes × write_buffers, the block cache (index and filter blocks included) by
+#: block_cache_bytes; the table readers outside the cache are small.
+MEMORY_PROPERTIES: Final = {"memtables": "rocksdb.size-all-mem-tables",
+                            "block_cache": "rocksdb.block-cache-usage",
+                            "table_readers": "rocksdb.estimate-table-readers-mem"}
 
 
 def _unlogged() -> rocksdict.WriteOptions:
@@ -130,6 +138,14 @@ class CardDB(base.SerializedStore):
         if self._db is None:
             self._db = open_db(self.path, self.options)
         return self._db
+
+    def memory(self) -> dict[str, int]:
+        """Bytes RocksDB holds in memory by kind (`MEMORY_PROPERTIES`); empty while the
+        database is not open."""
+        if self._db is None:
+            return {}
+        return {kind: int(self._db.property_int_value(prop) or 0)
+                for kind, prop in MEMORY_PROPERTIES.items()}
 
     # --- what the engine and the restore use ---------------------------------------------
 

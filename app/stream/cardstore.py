@@ -53,6 +53,12 @@ class FencedTable(faust.Table):
             held = tracked
         return -1 if held is None else held
 
+    def store_memory(self) -> dict[str, int]:
+        """What the persistent store holds in memory by kind (RocksDB's memtables and block
+        cache); empty for the memory store, whose cards are Python objects."""
+        data = self.data
+        return data.memory() if isinstance(data, CardDB) else {}
+
     def raw_get(self, key: bytes) -> bytes | None:
         """The stored value of `key`, past Faust's mapping layers (the engine's read path)."""
         data = self.data

@@ -32,6 +32,12 @@ CARDS_CACHED: Final = Gauge(
     "Decoded card states the score engine keeps between batches (bounded by "
     "FRAUDSTREAM_CARD_CACHE).",
 )
+CARD_STORE_MEMORY: Final = Gauge(
+    "fraudstream_card_store_memory_bytes",
+    "Memory the card store (RocksDB) holds, by kind: memtables, block_cache, table_readers "
+    "(bounded by the store's options; the rest of the worker's RSS is the process's own).",
+    ["kind"],
+)
 CARDS_RESTORED: Final = Counter(
     "fraudstream_cards_restored_total",
     "Card changelog records read back into the store ahead of Faust's recovery.",

@@ -225,3 +225,25 @@ def test_an_unlogged_write_is_durable_only_once_flushed(tmp_path: Path, flushed:
             assert db.get(b"c2") is None and db.get(_offset_key(1)) is None
     finally:
         db.close()
+
+
+def test_the_store_reports_what_rocksdb_holds_in_memory(table_factory: TableFactory,
+                                                         request: pytest.FixtureRequest) -> None:
+    """An operator tells the card store's bounded memory from the worker's own: memtables
+    grow with unflushed writes and empty on a flush, the block cache with reads."""
+    table = table_factory("mem")
+    if "memory" in request.node.name:
+        assert table.store_memory() == {}  # Python objects: the process's RSS is all of it
+        return
+    assert table.store_memory() == {}  # not opened yet
+    value = bytes(range(256)) * 4
+    table.store_cards([(b"c%05d" % i, value) for i in range(5_000)], {0: 4_999})
+    before = table.store_memory()
+    assert set(before) == {"memtables", "block_cache", "table_readers"}
+    assert before["memtables"] >= 5_000 * len(value)  # 5 MB written, none flushed
+    table.data.db.flush()
+    for i in range(0, 5_000, 10):
+        assert table.raw_get(b"c%05d" % i) == value
+    after = table.store_memory()
+    assert after["memtables"] < before["memtables"] // 10
+    assert after["block_cache"] >= 500 * len(value) // 4  # what the reads brought in
