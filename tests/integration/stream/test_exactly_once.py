@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -49,12 +50,20 @@ def test_a_worker_sigkilled_mid_stream_leaves_no_committed_duplicate(
     workers = [spawn_worker(settings, tmp_path, name=f"w{i}", dispatch=False) for i in range(2)]
     try:
         wait_all_assigned(workers, source)
-        sent = replay(settings, lines)
+        # fed at a pace the workers keep up with (10 s): they hold read, uncommitted work at
+        # any moment of it. A log replayed at once was read whole within a second and its
+        # share processed in a few, so the kill could come after the victim had committed all.
+        fed: list[int] = []
+        feeder = threading.Thread(target=lambda: fed.append(replay(settings, lines, rate=3_000)))
+        feeder.start()
         wait_until(lambda: asyncio.run(topic_sizes(settings, [served_topic]))[served_topic]
                    > 8_000, timeout_s=120, what="the workers to be well into the log")
         # SIGKILL while it holds read messages in open transactions (neither committed nor
         # aborted): the partitions' next owner must abort them and redo that work
         _, unfinished = kill_with_reads_uncommitted(settings, workers[0], source)
+        feeder.join(timeout=120)
+        assert fed, "the replay did not finish"
+        sent = fed[0]
         workers.append(spawn_worker(settings, tmp_path, name="w2", dispatch=False))
         wait_drained(settings, workers[1:], expected=sent, timeout_s=300)
     finally:
