@@ -291,6 +291,7 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
             n = feed(settings, lines, [(high, OVERLOAD_S), (low, RECOVER_S)])
             wait_until(lambda: handled(worker.port) >= n, timeout_s=300, interval_s=0.5,
                        what="every transaction handled")
+            pauses, longest = gc_pauses(scrape(worker.port))
         finally:
             stop.set()
             sampler.join()
@@ -330,6 +331,8 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
         f"with {_cards_span(timeline)} cached card states; {_rss_by_phase(timeline)}.",
         "- p99 back within the budget " + (f"{back - drop} s after the drop." if back is not None
                                            else "never within the run."),
+        f"- Collector pauses over 25 ms in the whole run: {pauses} (the longest ≤ "
+        f"{longest * 1000:.0f} ms).",
     ]
     for line in summary:
         print("overload: " + line[2:])
