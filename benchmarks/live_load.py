@@ -111,6 +111,8 @@ class Timeline:
     cards: dict[int, int] = field(default_factory=dict)
     events: dict[int, int] = field(default_factory=dict)
     store_mb: dict[int, float] = field(default_factory=dict)
+    #: events read and not yet acked: what of the backlog is held inside the worker
+    held: dict[int, int] = field(default_factory=dict)
 
 
 def rss_mb(pid: int) -> float:
@@ -123,14 +125,16 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def card_cache(port: int) -> tuple[int, int, float] | None:
-    """The worker's decoded card states, the events they buffer and the MB its card store
-    (RocksDB: memtables, block cache) holds; None when not answering."""
+def card_cache(port: int) -> tuple[int, int, float, int] | None:
+    """The worker's decoded card states, the events they buffer, the MB its card store
+    (RocksDB: memtables, block cache) holds, and the events it has read and not yet acked
+    (queued or in work); None when not answering."""
     state = debug_consumer(port)
     if state is None:
         return None
     cards = state["cards"]
-    return cards["cached"], cards["cached_events"], sum(cards["store_memory"].values()) / 2**20
+    return (cards["cached"], cards["cached_events"], sum(cards["store_memory"].values()) / 2**20,
+            state["unacked"])
 
 
 def gc_pauses(text: str, over_s: float = 0.025) -> tuple[int, float]:
@@ -282,7 +286,8 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
                 timeline.rss_mb[sec] = rss_mb(worker.pid)
                 cached = card_cache(worker.port)
                 if cached is not None:
-                    timeline.cards[sec], timeline.events[sec], timeline.store_mb[sec] = cached
+                    (timeline.cards[sec], timeline.events[sec], timeline.store_mb[sec],
+                     timeline.held[sec]) = cached
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -305,8 +310,8 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
         timeline.latency[(src - start_ms) // 1000].append(lat)
     print(f"overload: {high:,.0f} ev/s for {OVERLOAD_S:.0f} s, then {low:,.0f} ev/s for "
           f"{RECOVER_S:.0f} s (per second: appended, served, backlog, worker RSS, cached cards and "
-          f"the events their windows hold, the card store's RocksDB memory, p99 of the events "
-          f"appended then)")
+          f"the events their windows hold, the card store's RocksDB memory, the events read and not "
+          f"yet acked, p99 of the events appended then)")
     backlog = 0
     last = max(max(timeline.appended), max(timeline.served))
     for sec in range(0, last + 1):
@@ -317,6 +322,7 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
               f"{timeline.rss_mb.get(sec, float('nan')):6.0f} MB cards "
               f"{timeline.cards.get(sec, -1):7d} events {timeline.events.get(sec, -1):8d} "
               f"store {timeline.store_mb.get(sec, float('nan')):5.0f} MB "
+              f"held {timeline.held.get(sec, -1):6d} "
               f"p99 {pct(lat, 0.99):8.1f} ms")
     drop = int(OVERLOAD_S)
     back = next((sec for sec in range(drop, last + 1)
@@ -326,8 +332,9 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
     summary = [
         f"- {high:,.0f} ev/s ({high / slo:.1f}× the SLO rate) for {OVERLOAD_S:.0f} s, then "
         f"{low:,.0f} ev/s (0.5×) for {RECOVER_S:.0f} s.",
-        f"- Peak backlog {max(_running(timeline)):,} events (appended, not yet served: in Kafka, "
-        f"the worker holds at most a few batches); worker RSS {min(rss):.0f}–{max(rss):.0f} MB "
+        f"- Peak backlog {max(_running(timeline)):,} events (appended, not yet served), of which "
+        f"the worker held at most {max(timeline.held.values(), default=-1):,} (read, not yet "
+        f"acked; the rest waited in Kafka); worker RSS {min(rss):.0f}–{max(rss):.0f} MB "
         f"with {_cards_span(timeline)} cached card states; {_rss_by_phase(timeline)}.",
         "- p99 back within the budget " + (f"{back - drop} s after the drop." if back is not None
                                            else "never within the run."),
