@@ -111,7 +111,8 @@ class Timeline:
     cards: dict[int, int] = field(default_factory=dict)
     events: dict[int, int] = field(default_factory=dict)
     store_mb: dict[int, float] = field(default_factory=dict)
-    #: events read and not yet acked: what of the backlog is held inside the worker
+    #: events read and not yet acked (queued, in work, or served and awaiting their durable
+    #: point): what the worker holds in memory, not a part of the backlog
     held: dict[int, int] = field(default_factory=dict)
 
 
@@ -332,9 +333,9 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
     summary = [
         f"- {high:,.0f} ev/s ({high / slo:.1f}× the SLO rate) for {OVERLOAD_S:.0f} s, then "
         f"{low:,.0f} ev/s (0.5×) for {RECOVER_S:.0f} s.",
-        f"- Peak backlog {max(_running(timeline)):,} events (appended, not yet served), of which "
-        f"the worker held at most {max(timeline.held.values(), default=-1):,} (read, not yet "
-        f"acked; the rest waited in Kafka); worker RSS {min(rss):.0f}–{max(rss):.0f} MB "
+        f"- Peak backlog {max(_running(timeline)):,} events (appended, not yet served); the "
+        f"worker held at most {max(timeline.held.values(), default=-1):,} read, not yet acked "
+        f"(queued, in work, or served and waiting for their durable point); worker RSS {min(rss):.0f}–{max(rss):.0f} MB "
         f"with {_cards_span(timeline)} cached card states; {_rss_by_phase(timeline)}.",
         "- p99 back within the budget " + (f"{back - drop} s after the drop." if back is not None
                                            else "never within the run."),
