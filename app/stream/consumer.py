@@ -154,14 +154,30 @@ class FraudConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     #: Faust's active partitions as of the last fetch call (set by the app's loop before it)
     wanted: frozenset[TP] | None = None
+    #: Seeks of this consumer's partitions, counted on this thread as each one moves a position:
+    #: a fetch that a seek overlapped cannot tell what its own reading skipped (`_fetch_records`)
+    seeks: int = 0
+
+    def seek(self, partition: TP, offset: int) -> None:
+        self.seeks += 1
+        super().seek(partition, offset)
 
     async def _fetch_records(self, consumer: Any, active_partitions: Any,
                              timeout: float | None = None,  # noqa: ASYNC109
                              max_records: int | None = None) -> Any:
         if self.wanted is not None:
             fetch_only(consumer, self.wanted)
-        return await super()._fetch_records(consumer, active_partitions, timeout=timeout,
-                                            max_records=max_records)
+        gapped = self.consumer.gapped_topics
+        if not gapped:
+            return await super()._fetch_records(consumer, active_partitions, timeout=timeout,
+                                                max_records=max_records)
+        # read where each gapped partition stands before and after, on this thread, with
+        # nothing in between but the fetch: the offsets it passed and did not hand out
+        seeks, before = self.seeks, position_states(consumer, gapped)
+        records = await super()._fetch_records(consumer, active_partitions, timeout=timeout,
+                                               max_records=max_records)
+        return Fetched(records, skipped_offsets(before, position_states(consumer, gapped),
+                                                records, whole=self.seeks == seeks))
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -171,6 +187,50 @@ class FraudConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             # route every send through its transaction manager; the fetcher takes it at start
             consumer._isolation_level = "read_committed"  # noqa: SLF001
         return consumer
+
+
+class Fetched(dict):  # type: ignore[type-arg] - dict[TP, list[ConsumerRecord]]
+    """A fetch's records by partition, with the offsets its reading passed without handing
+    them out (`gaps`: commit markers and aborted records of a topic read read_committed)."""
+
+    def __init__(self, records: Mapping[TP, list[Any]], gaps: dict[TP, list[int]]) -> None:
+        super().__init__(records)
+        self.gaps = gaps
+
+
+def position_states(consumer: Any, topics: frozenset[str]) -> dict[TP, tuple[Any, int]]:
+    """aiokafka's state object and fetch position of each assigned partition of `topics` that
+    has a position (none while it awaits a reset). Read on the consumer's own thread."""
+    try:
+        states = consumer._subscription.subscription.assignment._tp_state.items()  # noqa: SLF001
+    except AttributeError:  # no assignment yet
+        return {}
+    return {TP(tp.topic, tp.partition): (state, state._position) for tp, state in states  # noqa: SLF001
+            if tp.topic in topics and state._position is not None}  # noqa: SLF001
+
+
+def skipped_offsets(before: Mapping[TP, tuple[Any, int]], after: Mapping[TP, tuple[Any, int]],
+                    records: Mapping[TP, list[Any]], *, whole: bool) -> dict[TP, list[int]]:
+    """The offsets a fetch's reading passed without handing out a record: what its position
+    went through, less its records. A fetch no seek overlapped (`whole`) vouches for its whole
+    span, from the position before it; otherwise, or once the partition was reassigned (a new
+    state object) or sent back, only for what lies between and after its own records (they
+    come out of one pass over one fetched result, which starts at the position of the moment)."""
+    skipped: dict[TP, list[int]] = {}
+    for tp, (state, end) in after.items():
+        offsets = [r.offset for r in records.get(tp, ())]
+        prior = before.get(tp)
+        if whole and prior is not None and prior[0] is state and prior[1] <= end:
+            start = prior[1]
+        elif offsets:
+            start = offsets[0]
+        else:
+            continue
+        have = set(offsets)
+        gaps = [o for o in range(start, end) if o not in have]
+        if gaps:
+            skipped[tp] = gaps
+    return skipped
 
 
 def fetch_only(consumer: Any, wanted: frozenset[TP]) -> None:
@@ -221,9 +281,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
         self.gapped_topics: frozenset[str] = (
             self.chunk_topics - self.transactional_topics
             if getattr(self.app, "fraudstream_processing", "") == "exactly_once" else frozenset())
-        self._gap_from: dict[TP, int] = {}  # gapped partitions: fetch position last seen
         self._gaps: dict[TP, set[int]] = {}  # gapped partitions: offsets known never handed
-        self._seeking: set[TP] = set()  # partitions whose seek is asked and not done yet
 
     def _new_consumer_thread(self) -> FraudConsumerThread:
         return FraudConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -246,7 +304,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
         # from here on nothing of this partition is handed over until the target itself
         # arrives (records fetched before the seek are stale)
         self.seek_targets[tp] = (offset, generation, time.monotonic())
-        self._gap_from.pop(tp, None)  # unknown until the seek is done
 
         def seek_on_thread() -> bool:
             # A rewind asked during a rebalance waits here until the rebalance is over: run
@@ -257,20 +314,15 @@ class FraudConsumer(faust_aiokafka.Consumer):
             self._thread.seek(tp, offset)
             return True
 
-        self._seeking.add(tp)
         try:
             sought = await self._thread.call_thread(seek_on_thread)
         except Exception as exc:  # noqa: BLE001 - revoked meanwhile: its next owner reads it
             log.info("%s: not rewound (%r); its next owner starts at the commit", tp, exc)
             return False
-        finally:
-            self._seeking.discard(tp)
         if not sought or self.app.consumer_generation_id != generation:
             log.info("%s: rewind to %d dropped: a rebalance came first", tp, offset)
             return False
         self._read_offset[tp] = offset
-        if tp.topic in self.gapped_topics:
-            self._gap_from[tp] = offset
         metrics.REWINDS.labels(tp.topic, reason).inc()
         self.rewinds += 1
         log.info("%s: reading again from offset %d (%s)", tp, offset, reason)
@@ -332,35 +384,18 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     def _fill_gaps(self, records: Any) -> None:
         """A topic written in transactions, read read_committed, has offsets no consumer is
-        handed: commit markers (one after every transaction) and aborted records. Everything
-        the fetch position passed that is not a fetched record is acked as done, or the
-        partition's commit would stop at the first marker (and its lag never reach 0). Only the
-        positions this consumer itself moved count: a seek restarts the span at its target."""
-        positions = self.fetch_positions()
-        for tp in self.assignment():
+        handed: commit markers (one after every transaction) and aborted records. Those a fetch
+        passed (`Fetched.gaps`, told on the consumer thread) are acked as done, or the
+        partition's commit would stop at the first marker (and its lag never reach 0). What the
+        fetch handed out is never among them, whatever becomes of it here (handed back for a
+        paused partition, stale behind a seek, dropped in a rebalance): only a record that is
+        processed is acked. A marker is one for good, so a fetch of an older generation counts
+        too; below the committed offset nothing needs to."""
+        for tp, offsets in (getattr(records, "gaps", None) or {}).items():
             if tp.topic not in self.gapped_topics:
                 continue
-            position = positions.get(tp)
-            start = self._gap_from.get(tp)
-            if position is None:
-                continue
-            self._gap_from[tp] = position
-            if start is None or position <= start:
-                continue
-            fetched = sorted(r.offset for r in records.get(tp, ()))
-            target = self.seek_targets.get(tp)
-            if (fetched and target is not None and tp in self._seeking
-                    and fetched[0] != self.passed(tp, target[0])):
-                # maybe fetched before a seek not done yet: only what lies between its records
-                # is certain. Once the seek is done everything fetched started at its target
-                # (aiokafka drops what it held and what was asked from elsewhere), so a target
-                # that is a commit marker or an aborted record is a gap like any other; taken
-                # for a stale fetch, it was waited for, and re-sought, for ever.
-                start = fetched[0]
             committed = self._committed_offset.get(tp)
-            have = set(fetched)
-            gaps = [o for o in range(start, position) if o not in have
-                    and (committed is None or o >= committed)]
+            gaps = [o for o in offsets if committed is None or o >= committed]
             if gaps:
                 self._gaps.setdefault(tp, set()).update(gaps)
                 index = self._acked_index[tp]
@@ -387,12 +422,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
         # set before the seek: from here on nothing of this partition is handed over until the
         # target itself arrives (records fetched before the seek are stale)
         self.seek_targets[partition] = (offset, self.app.consumer_generation_id, time.monotonic())
-        self._gap_from[partition] = offset
-        self._seeking.add(partition)
-        try:
-            await self._thread.call_thread(self._thread.seek, partition, offset)
-        finally:
-            self._seeking.discard(partition)
+        await self._thread.call_thread(self._thread.seek, partition, offset)
 
     # --- correction 7: one request for the committed offsets at assignment ----------------------
     async def seek_to_committed(self) -> Mapping[TP, int | None]:
@@ -408,12 +438,20 @@ class FraudConsumer(faust_aiokafka.Consumer):
             return {}
         found = await kafka._coordinator.fetch_committed_offsets(partitions)
         committed: dict[TP, int | None] = {}
+        self._thread.seeks += 1
         for tp in partitions:
             meta = found.get(tp)
             offset = None if meta is None or meta.offset < 0 else meta.offset
             committed[tp] = offset
             if offset:  # as aiokafka: offset 0 or none leaves the reset policy to place it
                 kafka._fetcher.seek_to(tp, offset)
+        # what Faust's perform_seek records once this returns, recorded with the seek: the
+        # fetch loop may take the first records from these positions before it gets to run
+        # (a chunk whose partition had no committed offset yet was read again from the log start)
+        self._read_offset.update({TP(tp.topic, tp.partition): offset
+                                  for tp, offset in committed.items()})
+        self._committed_offset.update({TP(tp.topic, tp.partition): offset
+                                       for tp, offset in committed.items() if offset})
         return committed
 
     # --- correction 5: the log start of never-committed partitions -----------------------------
@@ -423,12 +461,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
             await self.fill_unknown_commits(self.chunk_topics)
         except Exception as exc:  # noqa: BLE001 - the commit watchdog fills them in later
             log.info("log start of uncommitted partitions not known yet (%r)", exc)
-        if self.gapped_topics:  # fetching starts at the commits (often a commit marker)
-            self._gap_from.clear()
-            for tp in self.assignment():
-                committed = self._committed_offset.get(tp)
-                if tp.topic in self.gapped_topics and committed is not None:
-                    self._gap_from[tp] = committed
 
     async def fill_unknown_commits(self, topics: frozenset[str]) -> int:
         """Take the log start as the committed offset of assigned partitions that have none."""
@@ -551,6 +583,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
         if not await self._until_readable(timeout):
             return {}, set()
         records, active = await super()._wait_next_records(timeout)
+        if self.gapped_topics and records is not None:  # a fetch of markers only: empty
+            self._fill_gaps(records)  # first: a seek target below may be a marker it passed
         if not records or active is None:
             return records, active
         for tp in [tp for tp in records if tp not in active and tp not in self._buffered_partitions
@@ -560,7 +594,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
                 continue
             metrics.FETCH_HANDED_BACK.labels(tp.topic).inc(len(dropped))
             target = self.seek_targets.get(tp)
-            if target is not None and target[0] != dropped[0].offset:
+            if target is not None and self.passed(tp, target[0]) != dropped[0].offset:
                 continue  # fetched before a pending seek: that seek reads them again already
             await self.rewind(tp, dropped[0].offset, "fetched while paused")
         return records, active
@@ -671,8 +705,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
         """One fetch, checked as Faust's `getmany` checks it, split by `_split`."""
         records, active = await self._wait_next_records(timeout)
         generation = self.app.consumer_generation_id
-        if self.gapped_topics and records is not None:
-            self._fill_gaps(records)
         if records is None or self.should_stop:
             return generation, {}, {}
         if not self.flow_active:

@@ -240,8 +240,35 @@ class Topology:
         except AssertionError as exc:
             for worker in self.live_workers():  # what each stuck worker was waiting on
                 worker.dump_diagnostics()
-            raise AssertionError(f"{exc}; last seen: {last[0] if last else '-'}") from None
+            raise AssertionError(f"{exc}; last seen: {last[0] if last else '-'}; "
+                                 f"{self.where_missing(expected_keys)}") from None
         return time.monotonic() - (self.fault_at or time.monotonic())
+
+    def where_missing(self, expected_keys: set[str]) -> str:
+        """Where the effects still missing are: each key's action in the actions topic
+        (partition@offset, committed or only read_uncommitted) and its transaction's served
+        rows, so a loss tells written-never-dispatched from never-written (failure text only)."""
+        try:
+            applied = {e["idempotency_key"] for e in effects(self.settings.effective_redis_url)}
+            missing = sorted(expected_keys - applied)
+            if not missing:
+                return "no effect missing"
+            found: dict[str, list[str]] = {key: [] for key in missing}
+            for isolation in ("exactly_once", "at_least_once"):
+                name = self.settings.topic(topics.ACTIONS)
+                tag = "committed" if isolation == "exactly_once" else "uncommitted"
+                for r in asyncio.run(read_topic(self.settings.replace(processing=isolation),
+                                                name, timeout_s=60.0)):
+                    key = orjson.loads(r.value).get("idempotency_key")
+                    if key in found and not (tag == "uncommitted"
+                                             and f"{r.partition}@{r.offset} committed"
+                                             in found[key]):
+                        found[key].append(f"{r.partition}@{r.offset} {tag}")
+            where = "; ".join(f"{k}: {', '.join(v) or 'not in actions'}"
+                              for k, v in list(found.items())[:20])
+            return f"{len(missing)} effects missing: {where}"
+        except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the failure
+            return f"missing effects not located ({exc!r})"
 
     # --- invariants ---------------------------------------------------------------------------
     def check(self, lines: Sequence[bytes], *, malformed: int,

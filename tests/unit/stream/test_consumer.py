@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -17,11 +18,13 @@ from app.stream.consumer import (
     BUSY_FETCH_MIN_BYTES_PER_PARTITION,
     IDLE_FETCH_MAX_WAIT_MS,
     Chunk,
+    Fetched,
     FraudConsumer,
     Transport,
     broker_url,
     check_faust_version,
     fetch_only,
+    skipped_offsets,
 )
 
 
@@ -449,6 +452,13 @@ async def test_assignment_asks_for_every_committed_offset_in_one_request() -> No
     assert found[assigned[3]] == 29
     assert sorted(seeks) == sorted((tp, 10 * i - 1) for i, tp in enumerate(assigned)
                                    if 0 < 10 * i - 1 and tp != assigned[-1])
+    # recorded with the seek, on the thread: the fetch loop may take the first records from
+    # these positions before Faust's perform_seek records them (a partition with no committed
+    # offset known was read again from the log start)
+    assert consumer._committed_offset[assigned[3]] == 29 and consumer._read_offset[
+        assigned[3]] == 29
+    assert consumer._committed_offset.get(assigned[0]) is None
+    assert consumer._read_offset[assigned[0]] is None
 
 
 # --- exactly_once: a topic written in transactions -------------------------------------------
@@ -476,12 +486,20 @@ def eos_consumer(committed: int) -> FraudConsumer:
     return consumer
 
 
+def fetched(tp: TP, offsets: list[int], start: int, end: int, *,
+            whole: bool = True) -> Fetched:
+    """A fetch of `tp` that handed out `offsets`, its position going from `start` to `end`."""
+    state = object()
+    records = {tp: [SimpleNamespace(offset=o) for o in offsets]} if offsets else {}
+    return Fetched(records, skipped_offsets({tp: (state, start)}, {tp: (state, end)}, records,
+                                            whole=whole))
+
+
 def test_commit_markers_between_and_after_fetched_records_count_as_done() -> None:
     consumer = eos_consumer(10)
     assert consumer.gapped_topics == {"actions"}
-    consumer._gap_from[ACT] = 10  # where the fetch starts (the commit, here a marker)
-    consumer.fetch_positions = lambda: {ACT: 16}
-    consumer._fill_gaps({ACT: [SimpleNamespace(offset=o) for o in (11, 12, 14)]})
+    # the fetch starts at the commit (here a marker) and passes one more after its last record
+    consumer._fill_gaps(fetched(ACT, [11, 12, 14], 10, 16))
     assert sorted(consumer._acked[ACT]) == [10, 13, 15]
     assert consumer._new_offset(ACT) == 11  # 11 itself is not processed yet
     acked(consumer, ACT, [*consumer._acked[ACT], 11, 12, 14])
@@ -492,14 +510,90 @@ def test_commit_markers_between_and_after_fetched_records_count_as_done() -> Non
     assert consumer.passed(ACT, 13) == 16
 
 
-def test_a_fetch_from_before_a_pending_seek_fills_only_between_its_records() -> None:
+def test_a_fetch_a_seek_overlapped_vouches_only_for_what_its_records_span() -> None:
+    """A seek while the fetch waited moved the position: where its records start is not
+    where it stood before, so 10..19 are not known to be markers; 21 and 23 are."""
+    records = fetched(ACT, [20, 22], 10, 24, whole=False)
+    assert records.gaps == {ACT: [21, 23]}
+    state, other = object(), object()  # reassigned meanwhile: a new state object
+    assert skipped_offsets({ACT: (state, 10)}, {ACT: (other, 24)}, records, whole=True) == {
+        ACT: [21, 23]}
+    # moved back (a reset), or nothing handed out after a seek: nothing is known
+    assert skipped_offsets({ACT: (state, 30)}, {ACT: (state, 24)}, records, whole=True) == {
+        ACT: [21, 23]}
+    assert skipped_offsets({ACT: (state, 10)}, {ACT: (state, 24)}, {}, whole=False) == {}
+    assert fetched(ACT, [], 10, 14).gaps == {ACT: [10, 11, 12, 13]}  # markers only
+
+
+async def test_records_handed_back_for_a_paused_partition_are_never_counted_done() -> None:
+    """Records fetched for a partition paused meanwhile are taken out of the fetch and read
+    again. The offsets the fetch position passed were counted as done, less the records left
+    in the fetch: the handed-back ones too, so a commit could pass them unprocessed."""
     consumer = eos_consumer(10)
-    consumer._gap_from[ACT] = 10
-    consumer.seek_targets[ACT] = (10, 1, 0.0)  # records fetched before the seek start at 20
-    consumer._seeking.add(ACT)  # the seek is not done yet
-    consumer.fetch_positions = lambda: {ACT: 23}
-    consumer._fill_gaps({ACT: [SimpleNamespace(offset=o) for o in (20, 22)]})
-    assert sorted(consumer._acked[ACT]) == [21]  # 10..19 are not known to be markers
+    consumer._thread.call_thread = _call_now
+    sought: list[tuple[TP, int]] = []
+    consumer._thread.seek = lambda tp, offset: sought.append((tp, offset))
+
+    async def getmany(active, _timeout):
+        consumer.pause_partitions({ACT})  # paused while the fetch was in flight
+        return fetched(ACT, [11, 12, 14], 10, 16)
+
+    consumer._thread.getmany = getmany
+    consumer._active_partitions = {ACT}
+    records, _active = await consumer._wait_next_records(0.05)
+    assert ACT not in records and sought == [(ACT, 11)]  # handed back, read again from 11
+    assert sorted(consumer._acked[ACT]) == [10, 13, 15]  # only the markers are done
+    assert consumer._new_offset(ACT) == 11
+
+
+async def test_a_fetch_of_markers_only_counts_them_done() -> None:
+    """The trailing marker of a partition's last transaction is often fetched alone: the fetch
+    hands out no record (an empty mapping) and its gaps must count all the same."""
+    consumer = eos_consumer(10)
+
+    async def getmany(active, _timeout):
+        return fetched(ACT, [], 10, 12)
+
+    consumer._thread.getmany = getmany
+    consumer._active_partitions = {ACT}
+    records, _active = await consumer._wait_next_records(0.05)
+    assert not records and sorted(consumer._acked[ACT]) == [10, 11]
+    assert consumer._new_offset(ACT) == 12
+
+
+async def test_the_consumer_thread_tells_the_offsets_a_fetch_passed() -> None:
+    """On the consumer thread, from the partition's position before and after the fetch; a
+    seek while it waited (counted by the thread) leaves only what its records span."""
+    consumer = eos_consumer(10)
+    thread = consumer._thread
+    state = SimpleNamespace(_position=10)
+    positions = {TopicPartition("actions", 0): state,
+                 TopicPartition("transactions", 0): SimpleNamespace(_position=3)}
+    reads: list[tuple[list[int], int, bool]] = []  # (offsets handed out, end, seek meanwhile)
+
+    async def fetched_records(partitions, timeout=0, max_records=None):  # noqa: ASYNC109
+        offsets, end, seek = reads.pop(0)
+        if seek:
+            thread.seeks += 1
+            state._position = 18
+        state._position = end
+        return {ACT: [SimpleNamespace(offset=o) for o in offsets]} if offsets else {}
+
+    fetcher = SimpleNamespace(_closed=False, fetched_records=fetched_records,
+                              _subscriptions=SimpleNamespace(fetch_context=contextlib.nullcontext))
+    kafka = SimpleNamespace(_closed=False, _fetcher=fetcher, _subscription=SimpleNamespace(
+        subscription=SimpleNamespace(assignment=SimpleNamespace(_tp_state=positions))))
+    thread.wanted = None
+    reads.append(([11, 12], 14, False))
+    records = await thread._fetch_records(kafka, {ACT}, timeout=0.1)
+    assert records == {ACT: records[ACT]} and records.gaps == {ACT: [10, 13]}
+    reads.append(([20, 22], 24, True))
+    assert (await thread._fetch_records(kafka, {ACT}, timeout=0.1)).gaps == {ACT: [21, 23]}
+    # a seek of its own on the thread is counted before it moves anything
+    thread._consumer = SimpleNamespace(seek=lambda tp, offset: None)
+    seeks = thread.seeks
+    thread.seek(ACT, 5)
+    assert thread.seeks == seeks + 1
 
 
 async def test_a_seek_to_a_commit_marker_is_not_waited_for_ever() -> None:
@@ -512,8 +606,7 @@ async def test_a_seek_to_a_commit_marker_is_not_waited_for_ever() -> None:
     consumer._thread.call_thread = _call_now
     consumer._thread.seek = lambda tp, offset: None
     assert await consumer.rewind(ACT, 10, "gap") is True
-    consumer.fetch_positions = lambda: {ACT: 16}  # 10..13 aborted, 14 their marker
-    consumer._fill_gaps({ACT: [SimpleNamespace(offset=15)]})
+    consumer._fill_gaps(fetched(ACT, [15], 10, 16))  # 10..13 aborted, 14 their marker
     assert consumer.passed(ACT, 10) == 15
     assert not consumer._stale(ACT, 15)  # the target's next record ends the seek's filter
 
@@ -534,9 +627,7 @@ def test_the_commit_watchdog_sees_no_stall_in_markers_acked_ahead_of_work() -> N
     from app.stream.watchdog import CommitWatchdog
 
     consumer = eos_consumer(10)
-    consumer._gap_from[ACT] = 10
-    consumer.fetch_positions = lambda: {ACT: 13}
-    consumer._fill_gaps({ACT: [SimpleNamespace(offset=o) for o in (10, 11)]})  # 12: a marker
+    consumer._fill_gaps(fetched(ACT, [10, 11], 10, 13))  # 12: a marker
     watchdog = CommitWatchdog(["actions"], stall_s=1.0)
     assert consumer._acked[ACT] == [12] and watchdog.stuck(consumer) == []
     acked(consumer, ACT, [12, 11])  # 11 done, 10 still in work: a real stall if it lasts
@@ -563,3 +654,4 @@ async def test_a_fetch_parks_at_the_broker_no_longer_than_the_idle_wait() -> Non
     finally:
         consumer._thread._consumer = None
         await kafka.stop()
+
