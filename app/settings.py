@@ -230,6 +230,12 @@ class Settings:
         "Batches a worker may have sent but not yet made durable (pipelined checkpoint).",
         4,
     )
+    max_held: int = _env(
+        "FRAUDSTREAM_MAX_HELD",
+        "Most input messages a worker holds served but not yet durable; past it, it makes them "
+        "durable before it takes more (a backlog above its pace waits in Kafka, not in memory).",
+        32_768,
+    )
     state_interval_ms: int = _env(
         "FRAUDSTREAM_STATE_INTERVAL_MS",
         "How often a worker writes the card state its batches changed (one changelog record per "

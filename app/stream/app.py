@@ -26,7 +26,7 @@ from app.stream import metrics
 from app.stream.carddb import CardDBOptions
 from app.stream.cardstore import TableCards, card_table
 from app.stream.checkpoint import Checkpoint
-from app.stream.consumer import broker_url, check_faust_version
+from app.stream.consumer import MAX_POLL_RECORDS, broker_url, check_faust_version
 from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
@@ -126,6 +126,8 @@ def create_app(
         producer_max_batch_size=1 << 18,
         producer_linger=settings.producer_linger_ms / 1000,
         consumer_auto_offset_reset="earliest",
+        # a fetch call's records are one chunk: bounded, so a backlog stays in Kafka
+        broker_max_poll_records=MAX_POLL_RECORDS,
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         broker_session_timeout=settings.session_timeout_s,
@@ -231,7 +233,8 @@ def create_app(
         lambda ack: Checkpoint((txns or sink).send, cards, ack,
                                max_in_flight=settings.max_in_flight, served=ScoreEngine.served,
                                transactions=txns),
-        topic=source_name, max_batch=settings.max_batch, state_interval_s=settings.state_interval_ms / 1000)
+        topic=source_name, max_batch=settings.max_batch, max_held=settings.max_held,
+        state_interval_s=settings.state_interval_ms / 1000)
 
     @app.page("/debug/consumer")
     async def consumer_page(web: Any, request: Any) -> Any:
@@ -245,6 +248,7 @@ def create_app(
                                    "standbys": sorted(f"{tp.topic}:{tp.partition}"
                                                       for tp in recovery.standby_tps)},
                          "checkpoint": {"in_flight": engine.checkpoint.in_flight,
+                                        "held": engine.checkpoint.held,
                                         "completed": engine.checkpoint.completed},
                          "transactions": None if txns is None else {
                              "owned": sorted(txns.owned), "commits": txns.commits}})

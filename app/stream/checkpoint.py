@@ -112,6 +112,9 @@ class Checkpoint:
         self._idle.set()
         self.failed: BaseException | None = None
         self.completed = 0
+        #: source messages submitted and not yet acked (served, or on their way, and waiting
+        #: for their durable point): what the worker holds of its input
+        self.held = 0
 
     @property
     def in_flight(self) -> int:
@@ -132,6 +135,7 @@ class Checkpoint:
             raise
         step = _Step(outputs, cards, messages)
         self._steps.append(step)
+        self.held += len(messages)
         if self._txns is not None:
             self._uncut.update(m.partition for m in messages)
         if cards is not None:
@@ -225,6 +229,7 @@ class Checkpoint:
         self._acked_outputs -= ready
         self._sealed -= sum(1 for step in done if step.cards is not None)
         for step in done:
+            self.held -= len(step.messages)
             self._ack(step.messages)
             if self._served is not None and self._txns is not None:
                 self._served(step.messages)

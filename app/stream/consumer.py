@@ -87,6 +87,10 @@ TESTED_FAUST = ((0, 15, 3), (0, 16, 0))
 SEEK_TARGET_TTL_S = 3.0
 #: Fetched chunks waiting for a loop, per topic; a full queue stops fetching that topic.
 CHUNK_QUEUE_SIZE = 4
+#: The most records one fetch call hands over (aiokafka's max_poll_records; Faust sets no limit).
+#: A chunk is one call's records: without a limit a worker behind its input took 1 MiB of every
+#: partition per call, ~25k messages, and its queue held up to ~95k of them in memory.
+MAX_POLL_RECORDS = 2048
 #: While a loop is busy, a fetch may wait at the broker for this many bytes per partition...
 BUSY_FETCH_MIN_BYTES_PER_PARTITION = 16 * 1024
 #: ...but no longer than this (ms); an idle worker's fetch returns as soon as a record arrives.

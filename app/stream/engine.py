@@ -8,7 +8,11 @@ Card state goes with a snapshot of the cards changed so far, taken after a batch
 sent (never on their way): under lag once every `state_interval_s`, so a card changed by many
 batches meanwhile is serialized and written to the changelog once; when the input goes idle (a
 live stream, between most batches) once `idle_state_interval_s` has passed since the last one,
-so live batches share a changelog write and snapshots stay small. A rebalance (a new
+so live batches share a changelog write and snapshots stay small. Under a load above what the
+worker can make durable in step (every snapshot's changelog write competes with the batches for
+the loop), the served messages awaiting their durable point would pile up in memory: past
+`max_held` of them the engine takes its snapshot at once and waits for it before it takes more,
+so the backlog waits in Kafka (consumer lag), not in the worker. A rebalance (a new
 generation) first seals and drains the checkpoint, then drops the decoded card states:
 partitions may have moved, and the table is the truth.
 """
@@ -34,6 +38,9 @@ log = logging.getLogger(__name__)
 
 #: How long a stopping worker waits for its in-flight batches to become durable.
 DRAIN_ON_STOP_S = 30.0
+#: The most source messages the engine holds served and not yet durable (acked) before it
+#: waits for their durable point: about two state intervals of a backlog (16k ev/s here).
+MAX_HELD = 32_768  # FRAUDSTREAM_MAX_HELD
 #: An input gone idle gets its snapshot once this long has passed since the last one (a live
 #: stream goes idle between most batches: its snapshots stay small and frequent, under lag the
 #: state interval applies).
@@ -48,10 +55,13 @@ class ScoreEngine:
                      [Callable[[Iterable[Message]], None]], Checkpoint], *,
                  topic: str, max_batch: int, state_interval_s: float = 0.0,
                  idle_state_interval_s: float = IDLE_STATE_INTERVAL_S,
+                 max_held: int = MAX_HELD,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if state_interval_s < 0 or idle_state_interval_s < 0:
             raise ValueError(f"state intervals must be >= 0, got {state_interval_s}, "
                              f"{idle_state_interval_s}")
+        if max_held < 1:
+            raise ValueError(f"max_held must be >= 1, got {max_held}")
         self.app = app
         self.pipeline = pipeline
         self.stage = stage
@@ -59,6 +69,7 @@ class ScoreEngine:
         self.checkpoint = checkpoint_factory(self._ack)
         self.topic = topic
         self.max_batch = max_batch
+        self.max_held = max_held
         self.state_interval_s = state_interval_s
         self.idle_state_interval_s = min(idle_state_interval_s, state_interval_s)
         self._clock = clock
@@ -187,6 +198,12 @@ class ScoreEngine:
         # the outputs are on their way: the card state, when due, is serialized after them
         if self._clock() - self._snapshot_at >= self.state_interval_s:
             self._seal()
+        if self.checkpoint.held >= self.max_held:
+            # more served than made durable: nothing more is taken until it is (the backlog
+            # waits in Kafka, the worker's memory stays bounded)
+            metrics.HELD_WAITS.inc()
+            self._seal()
+            await self.checkpoint.drain()
 
     @staticmethod
     def _card_writes(saves: dict[str, tuple[int, bytes]]) -> dict[bytes, tuple[int, bytes]]:

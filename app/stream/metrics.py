@@ -52,6 +52,11 @@ SEQUENCE_HELD: Final = Counter(
     "Events held back unacknowledged: past a gap in their partition, or of a revoked partition.",
     ["topic"],
 )
+HELD_WAITS: Final = Counter(
+    "fraudstream_held_waits_total",
+    "Times the score engine stopped taking input until what it had served became durable "
+    "(it held FRAUDSTREAM_MAX_HELD messages: the load is above what it makes durable in step).",
+)
 REWINDS: Final = Counter(
     "fraudstream_rewinds_total",
     "Partitions sent back to re-read from an offset, by topic and reason (gap, still waiting, "

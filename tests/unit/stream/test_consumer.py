@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,7 @@ from app.stream.consumer import (
     BUSY_FETCH_MAX_WAIT_MS,
     BUSY_FETCH_MIN_BYTES_PER_PARTITION,
     IDLE_FETCH_MAX_WAIT_MS,
+    MAX_POLL_RECORDS,
     Chunk,
     Fetched,
     FraudConsumer,
@@ -655,3 +657,18 @@ async def test_a_fetch_parks_at_the_broker_no_longer_than_the_idle_wait() -> Non
         consumer._thread._consumer = None
         await kafka.stop()
 
+
+async def test_one_fetch_call_hands_over_a_bounded_chunk(tmp_path: Path) -> None:
+    """A chunk is one fetch call's records and the queue holds four: with Faust's default (no
+    limit) a worker behind its input took 1 MiB of every partition per call, and an overload
+    left ~95k read messages queued inside it (16k ev/s for 45 s)."""
+    from app.settings import Settings
+    from app.stream.app import create_app
+
+    app = create_app(Settings().replace(state_dir=tmp_path), web_port=1,
+                     agents=frozenset({"dispatch"})).app
+    kafka = app.consumer._thread._create_worker_consumer(app.transport)
+    try:
+        assert kafka._max_poll_records == MAX_POLL_RECORDS <= 4 * 1024
+    finally:
+        await kafka.stop()

@@ -125,3 +125,39 @@ async def test_with_no_interval_every_batch_carries_its_cards() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_past_max_held_served_messages_no_input_is_taken_until_they_are_durable() -> None:
+    """A load above what the worker makes durable in step piled served messages up in memory
+    (53-143k under overload): past `max_held` the engine snapshots at once and waits for the
+    durable point before it takes more, so the rest waits in the queue (and in Kafka)."""
+    consumer, broker, engine = setup(state_interval_s=10.0, idle_state_interval_s=10.0)
+    engine.max_held = 3
+    writes: list[asyncio.Future[None]] = []
+
+    async def slow_write(cards: Any) -> list[asyncio.Future[None]]:
+        broker.cards.append(set(cards))
+        writes.append(asyncio.get_running_loop().create_future())
+        return [writes[-1]]
+
+    broker.write = slow_write
+    queue = consumer.chunk_queue("transactions")
+    for n in range(3):  # three chunks of two, all waiting: a backlog
+        chunk = [message(TX, 2 * n + i, value=txn(2 * n + i, f"c{2 * n + i}")) for i in (0, 1)]
+        consumer._unacked_messages.update(chunk)
+        queue.put_nowait(Chunk(1, chunk))
+    engine.max_batch = 2
+    task = asyncio.ensure_future(engine.run())
+    try:
+        await wait_for(lambda: writes)  # the second batch made it hold 4 >= 3: a snapshot now
+        assert len(broker.outputs) == 2 and broker.cards == [{b"c0", b"c1", b"c2", b"c3"}]
+        await asyncio.sleep(0.05)
+        assert len(broker.outputs) == 2 and queue.qsize() == 1  # nothing more taken meanwhile
+        assert engine.checkpoint.held == 4 and not consumer._acked.get(TX)
+        broker.write = Broker.write.__get__(broker)  # from here on acknowledged at once
+        writes[0].set_result(None)
+        await wait_for(lambda: len(broker.outputs) == 3)
+        assert consumer._acked[TX] == [0, 1, 2, 3] and engine.checkpoint.held == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
