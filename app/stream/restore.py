@@ -85,11 +85,10 @@ def _behind(candidate: bytes, current: bytes) -> bool:
     return cp == hp and co < ho
 
 
-def fence(records: Sequence[Any], target: RestoreTarget | None
+def fence(records: Sequence[Any], target: RestoreTarget
           ) -> tuple[list[tuple[bytes, bytes]], int]:
     """The newest record per card among `records` (changelog order) that is not behind the
-    value `target` holds (None: it holds nothing of their partition, so none can be);
-    returns them and how many were dropped as stale."""
+    value `target` holds; returns them and how many were dropped as stale."""
     latest: dict[bytes, bytes] = {}
     stale = 0
     for rec in records:
@@ -101,8 +100,6 @@ def fence(records: Sequence[Any], target: RestoreTarget | None
             stale += 1
             continue
         latest[rec.key] = value
-    if target is None:
-        return list(latest.items()), stale
     keys = list(latest)
     kept = []
     for key, held in zip(keys, target.get_many(keys), strict=True):
@@ -267,12 +264,16 @@ class ChangelogRestorer:
             await client.bootstrap()
             await client.add_topic(topic)
         except Exception as exc:  # the consumer alone reads, as it did before
-            self.handed_over.append(f"{topic}: {exc!r}")
+            self._hand_over(f"{topic}: {exc!r}")
             log.warning("card state restore: %s read by the consumer: %r", topic, exc)
             if client is not None:
                 await client.close()
             return None
         return RawReader(client, self.fetch_bytes // 4)
+
+    def _hand_over(self, why: str) -> None:
+        """Note why the consumer reads instead of the raw reader (the last ten reasons)."""
+        self.handed_over = [*self.handed_over[-9:], why]
 
     async def _partition(self, consumer: AIOKafkaConsumer, raw: RawReader | None,
                          tp: TopicPartition, begin: int, end: int, load: _Load) -> None:
@@ -283,7 +284,7 @@ class ChangelogRestorer:
                 begin = await raw.read(tp, begin, end, load)
             except Unusual as exc:
                 why, begin = exc.args
-                self.handed_over = [*self.handed_over[-9:], f"{tp.topic}[{tp.partition}]@{begin}: {why}"]
+                self._hand_over(f"{tp.topic}[{tp.partition}]@{begin}: {why}")
                 log.warning("card state restore: %s[%d] from offset %d read by the consumer: %s",
                             tp.topic, tp.partition, begin, why)
         if begin >= end:

@@ -37,7 +37,7 @@ def rec(key: bytes, partition: int, offset: int, state: bytes = b"s") -> SimpleN
 
 def test_the_newest_record_per_card_wins_and_a_late_older_one_is_dropped() -> None:
     kept, stale = fence([rec(b"a", 1, 10), rec(b"b", 1, 11), rec(b"a", 1, 30),
-                         rec(b"a", 1, 20)], None)
+                         rec(b"a", 1, 20)], Held({}))
     assert dict(kept) == {b"a": cardrecord.pack(1, 30, b"s"), b"b": cardrecord.pack(1, 11, b"s")}
     assert stale == 1
 
@@ -71,3 +71,17 @@ def test_standby_lag_counts_a_partition_nothing_was_read_of() -> None:
     recovery = SimpleNamespace(standby_highwaters={a: 99, b: 49, c: -1},
                                standby_offsets={a: -1, b: 60, c: -1})
     assert standby_lag(recovery) == 100  # a: all 100 records; b: caught up; c: empty
+
+
+async def test_a_client_that_never_starts_is_noted_among_the_last_ten_reasons() -> None:
+    """Each restore whose raw reader cannot start notes why; a broker that stays unreachable
+    across many restores (every rebalance restores) must not grow the list for ever."""
+    from app.stream.restore import ChangelogRestorer
+
+    restorer = ChangelogRestorer(lambda: {"bootstrap_servers": "127.0.0.1:1",
+                                          "request_timeout_ms": 200})
+    for _ in range(12):
+        assert await restorer._raw_reader(
+            {"bootstrap_servers": "127.0.0.1:1", "request_timeout_ms": 200}, "t") is None
+    assert len(restorer.handed_over) == 10
+    assert all(why.startswith("t: KafkaConnectionError") for why in restorer.handed_over)
