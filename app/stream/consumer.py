@@ -158,13 +158,24 @@ class FraudConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     #: Faust's active partitions as of the last fetch call (set by the app's loop before it)
     wanted: frozenset[TP] | None = None
-    #: Seeks of this consumer's partitions, counted on this thread as each one moves a position:
-    #: a fetch that a seek overlapped cannot tell what its own reading skipped (`_fetch_records`)
+    #: Seeks of this consumer's partitions, numbered on this thread as each one moves a
+    #: position, and each partition's last (number, target, aiokafka state): what a fetch that a
+    #: seek overlapped read of that partition starts at the target (`_fetch_records`)
     seeks: int = 0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sought: dict[TP, tuple[int, int, Any]] = {}
+
     def seek(self, partition: TP, offset: int) -> None:
-        self.seeks += 1
         super().seek(partition, offset)
+        self.note_seek(self._ensure_consumer(), partition, offset)
+
+    def note_seek(self, consumer: Any, tp: Any, offset: int) -> None:
+        """Record a seek just made on this thread (before any other code of it runs)."""
+        self.seeks += 1
+        state = consumer._subscription.subscription.assignment.state_value(tp)  # noqa: SLF001
+        self.sought[TP(tp.topic, tp.partition)] = (self.seeks, offset, state)
 
     async def _fetch_records(self, consumer: Any, active_partitions: Any,
                              timeout: float | None = None,  # noqa: ASYNC109
@@ -176,12 +187,15 @@ class FraudConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             return await super()._fetch_records(consumer, active_partitions, timeout=timeout,
                                                 max_records=max_records)
         # read where each gapped partition stands before and after, on this thread, with
-        # nothing in between but the fetch: the offsets it passed and did not hand out
+        # nothing in between but the fetch and the seeks noted meanwhile: the offsets it
+        # passed and did not hand out
         seeks, before = self.seeks, position_states(consumer, gapped)
         records = await super()._fetch_records(consumer, active_partitions, timeout=timeout,
                                                max_records=max_records)
+        sought = {tp: (offset, state) for tp, (n, offset, state) in self.sought.items()
+                  if n > seeks}
         return Fetched(records, skipped_offsets(before, position_states(consumer, gapped),
-                                                records, whole=self.seeks == seeks))
+                                                records, sought))
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -214,17 +228,22 @@ def position_states(consumer: Any, topics: frozenset[str]) -> dict[TP, tuple[Any
 
 
 def skipped_offsets(before: Mapping[TP, tuple[Any, int]], after: Mapping[TP, tuple[Any, int]],
-                    records: Mapping[TP, list[Any]], *, whole: bool) -> dict[TP, list[int]]:
+                    records: Mapping[TP, list[Any]],
+                    sought: Mapping[TP, tuple[int, Any]]) -> dict[TP, list[int]]:
     """The offsets a fetch's reading passed without handing out a record: what its position
-    went through, less its records. A fetch no seek overlapped (`whole`) vouches for its whole
-    span, from the position before it; otherwise, or once the partition was reassigned (a new
-    state object) or sent back, only for what lies between and after its own records (they
-    come out of one pass over one fetched result, which starts at the position of the moment)."""
+    went through, less its records. Positions move only by that reading or by a seek, and the
+    reading hands out a fetched result only if it starts at the position of the moment: so a
+    partition sought while the fetch waited (`sought`: its last target, and aiokafka's state
+    then) was read from that target on, and one not sought from where it stood before.
+    Otherwise (reassigned: a new state object; or moved back by a reset) the fetch vouches
+    only for what lies between and after its own records (one pass over one result)."""
     skipped: dict[TP, list[int]] = {}
     for tp, (state, end) in after.items():
         offsets = [r.offset for r in records.get(tp, ())]
-        prior = before.get(tp)
-        if whole and prior is not None and prior[0] is state and prior[1] <= end:
+        prior, seek = before.get(tp), sought.get(tp)
+        if seek is not None and seek[1] is state:
+            start = seek[0]
+        elif seek is None and prior is not None and prior[0] is state and prior[1] <= end:
             start = prior[1]
         elif offsets:
             start = offsets[0]
@@ -442,13 +461,13 @@ class FraudConsumer(faust_aiokafka.Consumer):
             return {}
         found = await kafka._coordinator.fetch_committed_offsets(partitions)
         committed: dict[TP, int | None] = {}
-        self._thread.seeks += 1
         for tp in partitions:
             meta = found.get(tp)
             offset = None if meta is None or meta.offset < 0 else meta.offset
             committed[tp] = offset
             if offset:  # as aiokafka: offset 0 or none leaves the reset policy to place it
                 kafka._fetcher.seek_to(tp, offset)
+                self._thread.note_seek(kafka, tp, offset)
         # what Faust's perform_seek records once this returns, recorded with the seek: the
         # fetch loop may take the first records from these positions before it gets to run
         # (a chunk whose partition had no committed offset yet was read again from the log start)

@@ -440,7 +440,9 @@ async def test_assignment_asks_for_every_committed_offset_in_one_request() -> No
     kafka = SimpleNamespace(
         assignment=lambda: set(assigned),
         _coordinator=SimpleNamespace(fetch_committed_offsets=fetch_committed_offsets),
-        _fetcher=SimpleNamespace(seek_to=lambda tp, offset: seeks.append((tp, offset))))
+        _fetcher=SimpleNamespace(seek_to=lambda tp, offset: seeks.append((tp, offset))),
+        _subscription=SimpleNamespace(subscription=SimpleNamespace(
+            assignment=SimpleNamespace(state_value=lambda tp: "state"))))
     consumer._thread._ensure_consumer = lambda: kafka
 
     async def call_thread(fun, *args):  # noqa: ANN001, ANN202 - awaits as the thread does
@@ -461,6 +463,9 @@ async def test_assignment_asks_for_every_committed_offset_in_one_request() -> No
         assigned[3]] == 29
     assert consumer._committed_offset.get(assigned[0]) is None
     assert consumer._read_offset[assigned[0]] is None
+    # each seek noted on the thread: a fetch it overlapped reads from its target
+    assert consumer._thread.sought[assigned[3]][1:] == (29, "state")
+    assert assigned[0] not in consumer._thread.sought
 
 
 # --- exactly_once: a topic written in transactions -------------------------------------------
@@ -488,13 +493,12 @@ def eos_consumer(committed: int) -> FraudConsumer:
     return consumer
 
 
-def fetched(tp: TP, offsets: list[int], start: int, end: int, *,
-            whole: bool = True) -> Fetched:
+def fetched(tp: TP, offsets: list[int], start: int, end: int) -> Fetched:
     """A fetch of `tp` that handed out `offsets`, its position going from `start` to `end`."""
     state = object()
     records = {tp: [SimpleNamespace(offset=o) for o in offsets]} if offsets else {}
     return Fetched(records, skipped_offsets({tp: (state, start)}, {tp: (state, end)}, records,
-                                            whole=whole))
+                                            {}))
 
 
 def test_commit_markers_between_and_after_fetched_records_count_as_done() -> None:
@@ -512,18 +516,25 @@ def test_commit_markers_between_and_after_fetched_records_count_as_done() -> Non
     assert consumer.passed(ACT, 13) == 16
 
 
-def test_a_fetch_a_seek_overlapped_vouches_only_for_what_its_records_span() -> None:
-    """A seek while the fetch waited moved the position: where its records start is not
-    where it stood before, so 10..19 are not known to be markers; 21 and 23 are."""
-    records = fetched(ACT, [20, 22], 10, 24, whole=False)
-    assert records.gaps == {ACT: [21, 23]}
-    state, other = object(), object()  # reassigned meanwhile: a new state object
-    assert skipped_offsets({ACT: (state, 10)}, {ACT: (other, 24)}, records, whole=True) == {
+def test_a_fetch_a_seek_overlapped_counts_from_the_seek_target() -> None:
+    """A seek while the fetch waited moved the position: what the fetch read of that
+    partition starts at the target (18 here), not where it stood before (10..17 are not known
+    to be markers; 18, 19, 21 and 23 are)."""
+    state, other = object(), object()
+    records = {ACT: [SimpleNamespace(offset=o) for o in (20, 22)]}
+    assert skipped_offsets({ACT: (state, 10)}, {ACT: (state, 24)}, records,
+                           {ACT: (18, state)}) == {ACT: [18, 19, 21, 23]}
+    # sought, then nothing read: nothing passed; a seek of another partition changes nothing
+    assert skipped_offsets({ACT: (state, 10)}, {ACT: (state, 18)}, {}, {ACT: (18, state)}) == {}
+    assert skipped_offsets({ACT: (state, 10)}, {ACT: (state, 12)}, {},
+                           {TP("actions", 1): (0, other)}) == {ACT: [10, 11]}
+    # reassigned meanwhile (a new state object, the seek was of the old one), or moved back (a
+    # reset): only what its records span is known; with no record, nothing
+    for before, seek in (({ACT: (state, 10)}, {}), ({ACT: (state, 10)}, {ACT: (18, state)})):
+        assert skipped_offsets(before, {ACT: (other, 24)}, records, seek) == {ACT: [21, 23]}
+    assert skipped_offsets({ACT: (state, 30)}, {ACT: (state, 24)}, records, {}) == {
         ACT: [21, 23]}
-    # moved back (a reset), or nothing handed out after a seek: nothing is known
-    assert skipped_offsets({ACT: (state, 30)}, {ACT: (state, 24)}, records, whole=True) == {
-        ACT: [21, 23]}
-    assert skipped_offsets({ACT: (state, 10)}, {ACT: (state, 24)}, {}, whole=False) == {}
+    assert skipped_offsets({ACT: (state, 10)}, {ACT: (other, 24)}, {}, {}) == {}
     assert fetched(ACT, [], 10, 14).gaps == {ACT: [10, 11, 12, 13]}  # markers only
 
 
@@ -564,38 +575,41 @@ async def test_a_fetch_of_markers_only_counts_them_done() -> None:
 
 
 async def test_the_consumer_thread_tells_the_offsets_a_fetch_passed() -> None:
-    """On the consumer thread, from the partition's position before and after the fetch; a
-    seek while it waited (counted by the thread) leaves only what its records span."""
+    """On the consumer thread, from the partition's position before and after the fetch, or
+    from the target of a seek made on the thread while the fetch waited."""
     consumer = eos_consumer(10)
     thread = consumer._thread
     state = SimpleNamespace(_position=10)
     positions = {TopicPartition("actions", 0): state,
                  TopicPartition("transactions", 0): SimpleNamespace(_position=3)}
+    assignment = SimpleNamespace(_tp_state=positions, state_value=lambda tp: positions[tp])
     reads: list[tuple[list[int], int, bool]] = []  # (offsets handed out, end, seek meanwhile)
 
+    def seek(tp, offset):
+        positions[tp]._position = offset
+
     async def fetched_records(partitions, timeout=0, max_records=None):  # noqa: ASYNC109
-        offsets, end, seek = reads.pop(0)
-        if seek:
-            thread.seeks += 1
-            state._position = 18
+        offsets, end, sought = reads.pop(0)
+        if sought:
+            thread.seek(ACT, 18)  # Faust's seek, or a rewind: on the thread, while it waits
         state._position = end
         return {ACT: [SimpleNamespace(offset=o) for o in offsets]} if offsets else {}
 
     fetcher = SimpleNamespace(_closed=False, fetched_records=fetched_records,
                               _subscriptions=SimpleNamespace(fetch_context=contextlib.nullcontext))
-    kafka = SimpleNamespace(_closed=False, _fetcher=fetcher, _subscription=SimpleNamespace(
-        subscription=SimpleNamespace(assignment=SimpleNamespace(_tp_state=positions))))
+    kafka = SimpleNamespace(_closed=False, _fetcher=fetcher, seek=seek,
+                            _subscription=SimpleNamespace(
+                                subscription=SimpleNamespace(assignment=assignment)))
+    thread._consumer = kafka
     thread.wanted = None
     reads.append(([11, 12], 14, False))
     records = await thread._fetch_records(kafka, {ACT}, timeout=0.1)
     assert records == {ACT: records[ACT]} and records.gaps == {ACT: [10, 13]}
     reads.append(([20, 22], 24, True))
-    assert (await thread._fetch_records(kafka, {ACT}, timeout=0.1)).gaps == {ACT: [21, 23]}
-    # a seek of its own on the thread is counted before it moves anything
-    thread._consumer = SimpleNamespace(seek=lambda tp, offset: None)
-    seeks = thread.seeks
-    thread.seek(ACT, 5)
-    assert thread.seeks == seeks + 1
+    assert (await thread._fetch_records(kafka, {ACT}, timeout=0.1)).gaps == {
+        ACT: [18, 19, 21, 23]}
+    reads.append(([], 24, False))  # the seek was of the fetch before: this one starts at 24
+    assert (await thread._fetch_records(kafka, {ACT}, timeout=0.1)).gaps == {}
 
 
 async def test_a_seek_to_a_commit_marker_is_not_waited_for_ever() -> None:
