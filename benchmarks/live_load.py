@@ -24,6 +24,10 @@ cards arrive), the memory its card store's RocksDB holds (memtables and block ca
 the store's options), and the p99 of the events appended in that second; then how long after the
 drop p99 was back within budget, and RSS by third of the overload and during the recovery, as
 measured and less the card store's memory (what the process itself holds).
+
+It first prints how many topics the broker holds and warns above `CROWDED_TOPICS`: each step
+creates its own, and on a broker crowded with leftovers (a long-lived local stack after test
+runs) the first seconds of every step ran slow for the broker's sake, not the worker's.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ from pipeline_bench import (  # noqa: E402
 )
 
 from app.kafka import topics  # noqa: E402
-from app.kafka.inspect import read_topic  # noqa: E402
+from app.kafka.inspect import admin_client, read_topic  # noqa: E402
 from app.kafka.topics import drop_topics  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.transactions.producer import replay_messages  # noqa: E402
@@ -182,6 +186,18 @@ def latencies(settings: Settings) -> list[tuple[int, float, int]]:
         source = appended[(row["partition"], row["offset"])]
         out.append((source, float(r.timestamp_ms - source), r.timestamp_ms))
     return out
+
+
+#: More topics than this on the broker and each step's first seconds slow down: every step creates
+#: its topics, and on this machine the broker then answered produce requests in 50-650 ms for a
+#: second or two (cold p99 250-716 ms with 70-400 leftover topics, 21-70 ms with none).
+CROWDED_TOPICS = 50
+
+
+async def broker_topics(settings: Settings) -> int:
+    """How many topics the broker holds, its internal ones left out."""
+    async with admin_client(settings) as admin:
+        return sum(1 for name in await admin.list_topics() if not name.startswith("__"))
 
 
 def feed(settings: Settings, lines: list[bytes], phases: list[tuple[float, float]]) -> int:
@@ -397,6 +413,12 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
          overload: bool, overload_share: float | None, docs: bool) -> None:
     base, broker_pid = bench_stack()
     shares = [float(s) for s in steps.split(",")]
+    crowd = asyncio.run(broker_topics(base))
+    print(f"broker: {crowd} topics at the start", flush=True)
+    if crowd > CROWDED_TOPICS:
+        print(f"warning: more than {CROWDED_TOPICS} topics on the broker (a fault suite leaves "
+              "its own): the steps' first seconds run slow; measure on a broker without them",
+              flush=True)
     raws: list[Side] = []
     backlog_lines = lines_of(make_log(cards=max(500, raw_txns // 20), txns=raw_txns, seed=3))
     with tempfile.TemporaryDirectory() as tmp:
@@ -458,7 +480,8 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
         page = write_live_load(DOCS, raw, results, slo, overload=summary, backlog=backlog_ratio,
                                command=" ".join([".venv/bin/python benchmarks/live_load.py",
                                                  *sys.argv[1:]]),
-                               when=time.strftime("%Y-%m-%d"), raw_live=raw_steps,
+                               when=f"{time.strftime('%Y-%m-%d')} (the broker holding {crowd} "
+                                    "other topics at the start)", raw_live=raw_steps,
                                raw_slo=raw_slo)
         print(f"wrote {page}")
 
