@@ -354,3 +354,31 @@ class CardState:
         for j, (fi, wi) in enumerate(_DISTINCT):
             self._counts[j] = Counter(self._vals[fi][self._start[wi]:])  # a dict subclass
         return self
+
+
+try:
+    from app.features import _state
+except ImportError:  # pragma: no cover - exercised only where the extension was not built
+    _state = None  # type: ignore[assignment]
+
+if _state is not None:
+    _state.configure(
+        windows=_WINDOWS,
+        distinct_fields=tuple(fi for fi, _ in _DISTINCT),
+        distinct_windows=tuple(w for _, w in _DISTINCT),
+        since_windows=LAYOUT.since,
+        fields=_FIELDS,
+        signature=LAYOUT.signature,
+        version=FORMAT_VERSION,
+        compact_min=_COMPACT_MIN,
+        accepted=Accepted,
+        late=Late,
+        redelivered=Redelivered,
+        derive=derive,
+    )
+
+#: The compiled twin of CardState (app/features/_state.c): same rules, outcomes and bytes, held
+#: in C arrays; None where the extension was not built.
+CompiledCardState: type[CardState] | None = _state.CardState if _state is not None else None
+#: What the stream folds with: the compiled state when built, else CardState.
+StreamCardState: type[CardState] = CompiledCardState or CardState

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from app.features.declaration import FEATURE_NAMES
-from app.features.state import Accepted, CardState, Late, Redelivered
+from app.features.state import Accepted, CardState, Late, Redelivered, StreamCardState
 from app.kafka import topics
 from app.kafka.records import OutRecord, SourceMessage, rejected_record
 from app.stream import cardrecord, metrics
@@ -190,9 +190,9 @@ class TransactionPipeline:
     def _load(self, card_id: str) -> _Card:
         raw = self.store.load(card_id)
         if raw is None:
-            return _Card(CardState.empty(), *cardrecord.NOWHERE)
+            return _Card(StreamCardState.empty(), *cardrecord.NOWHERE)
         rec = cardrecord.unpack(raw)
-        return _Card(CardState.from_bytes(rec.state), rec.partition, rec.offset)
+        return _Card(StreamCardState.from_bytes(rec.state), rec.partition, rec.offset)
 
 
 def served_row(item: Scored, *, score: float | None, model_version: str | None) -> ServedRow:

@@ -1,8 +1,15 @@
-"""CardState against the brute-force oracle, plus lateness, redelivery, eviction and bytes."""
+"""CardState against the brute-force oracle, plus lateness, redelivery, eviction and bytes.
+
+Every test runs on both states: the Python CardState (the definition) and its compiled twin
+(app/features/_state.c, what the stream folds with), through the `state_cls` fixture.
+"""
 
 from __future__ import annotations
 
+import gc
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from unittest.mock import patch
 
 import pytest
@@ -13,24 +20,48 @@ from hypothesis import HealthCheck, given, settings
 from app.features import state as state_module
 from app.features.declaration import MAX_WINDOW_MS
 from app.features.outcome import Accepted, Late, Redelivered
-from app.features.state import FORMAT_VERSION, CardState
+from app.features.state import FORMAT_VERSION, CardState, CompiledCardState
+
+STATES = [pytest.param(CardState, id="python"),
+          pytest.param(CompiledCardState, id="compiled", marks=pytest.mark.skipif(
+              CompiledCardState is None, reason="app.features._state is not built"))]
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.fixture(params=STATES)
+def state_cls(request: pytest.FixtureRequest) -> type[CardState]:
+    return request.param
+
+
+@contextmanager
+def compaction_after(n: int) -> Iterator[None]:
+    """Compact the evicted head slots after `n` of them, in both states."""
+    with patch.object(state_module, "_COMPACT_MIN", n):
+        if state_module._state is None:
+            yield
+            return
+        old = state_module._state.set_compact_min(n)
+        try:
+            yield
+        finally:
+            state_module._state.set_compact_min(old)
+
+
+@settings(max_examples=2000, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(card_logs())
-def test_incremental_state_equals_bruteforce_rescan(log: tuple) -> None:
+def test_incremental_state_equals_bruteforce_rescan(state_cls: type[CardState], log: tuple) -> None:
     lateness, txns, roundtrips, compact_min = log
     oracle = Oracle(lateness)
-    plain = CardState.empty()
-    restored = CardState.empty()  # restarted from its bytes at random points
-    with patch.object(state_module, "_COMPACT_MIN", compact_min):
+    plain = state_cls.empty()
+    restored = state_cls.empty()  # restarted from its bytes at random points
+    with compaction_after(compact_min):
         for t, restart in zip(txns, roundtrips, strict=True):
             want = oracle.apply(t)
             assert_same(plain.apply(t, allowed_lateness_ms=lateness), want)
             assert_same(restored.apply(t, allowed_lateness_ms=lateness), want)
             if restart:
                 data = restored.to_bytes()
-                restored = CardState.from_bytes(data)
+                restored = state_cls.from_bytes(data)
                 assert restored.to_bytes() == data
             assert plain.to_bytes() == restored.to_bytes()
             horizon = oracle.max_ts - MAX_WINDOW_MS - lateness
@@ -38,8 +69,8 @@ def test_incremental_state_equals_bruteforce_rescan(log: tuple) -> None:
             assert plain.max_ts == oracle.max_ts
 
 
-def test_late_event_is_reported_with_a_readable_reason_and_not_folded() -> None:
-    state = CardState.empty()
+def test_late_event_is_reported_with_a_readable_reason_and_not_folded(state_cls: type[CardState]) -> None:
+    state = state_cls.empty()
     state.apply(txn(1, BASE + 1_000_000), allowed_lateness_ms=L)
     before = state.to_bytes()
     out = state.apply(txn(2, BASE + 1_000_000 - L - 1), allowed_lateness_ms=L)
@@ -55,14 +86,14 @@ def test_late_event_is_reported_with_a_readable_reason_and_not_folded() -> None:
     assert exact.as_dict()["ms_since_prev"] == -1
 
 
-def test_replay_after_crash_scores_each_event_as_the_first_time() -> None:
+def test_replay_after_crash_scores_each_event_as_the_first_time(state_cls: type[CardState]) -> None:
     """State restored from the changelog is ahead of the input: re-read events are redeliveries."""
     log = [txn(i, BASE + i * 7_000_000 + (i % 3) * 1_000, 100 + i, f"m{i % 4}", "FR")
            for i in range(30)]
-    state = CardState.empty()
+    state = state_cls.empty()
     first = [state.apply(t, allowed_lateness_ms=L) for t in log]
     snapshot = state.to_bytes()
-    restored = CardState.from_bytes(snapshot)
+    restored = state_cls.from_bytes(snapshot)
     for t, out in zip(log[18:], first[18:], strict=True):
         again = restored.apply(t, allowed_lateness_ms=L)
         assert isinstance(again, Redelivered)
@@ -70,8 +101,8 @@ def test_replay_after_crash_scores_each_event_as_the_first_time() -> None:
     assert restored.to_bytes() == snapshot
 
 
-def test_redelivery_is_exact_after_the_events_it_counted_were_evicted() -> None:
-    state = CardState.empty()
+def test_redelivery_is_exact_after_the_events_it_counted_were_evicted(state_cls: type[CardState]) -> None:
+    state = state_cls.empty()
     state.apply(txn("a", BASE + 1, 50), allowed_lateness_ms=L)
     first = state.apply(txn("b", BASE + MAX_WINDOW_MS, 70), allowed_lateness_ms=L)
     assert isinstance(first, Accepted) and first.as_dict()["count_24h"] == 2
@@ -85,8 +116,8 @@ def test_redelivery_is_exact_after_the_events_it_counted_were_evicted() -> None:
     assert isinstance(state.apply(txn("a", BASE + 1, 50), allowed_lateness_ms=L), Late)
 
 
-def test_state_stays_bounded_on_a_long_in_order_run() -> None:
-    state = CardState.empty()
+def test_state_stays_bounded_on_a_long_in_order_run(state_cls: type[CardState]) -> None:
+    state = state_cls.empty()
     minute = 60_000
     for i in range(4 * 24 * 60):
         out = state.apply(txn(i, BASE + i * minute, 1 + i % 97), allowed_lateness_ms=L)
@@ -96,30 +127,87 @@ def test_state_stays_bounded_on_a_long_in_order_run() -> None:
     assert out.as_dict()["count_24h"] == per_window
     assert out.as_dict()["count_1h"] == 60
     assert out.as_dict()["ms_since_prev"] == minute
-    restored = CardState.from_bytes(state.to_bytes())
+    restored = state_cls.from_bytes(state.to_bytes())
     nxt = txn("next", BASE + 4 * 24 * 60 * minute, 5)
     assert repr(restored.apply(nxt, allowed_lateness_ms=L)) == repr(
         state.apply(nxt, allowed_lateness_ms=L))
 
 
-def test_from_bytes_refuses_other_formats_and_truncation() -> None:
-    state = CardState.empty()
+def test_from_bytes_refuses_other_formats_and_truncation(state_cls: type[CardState]) -> None:
+    state = state_cls.empty()
     state.apply(txn(1, BASE), allowed_lateness_ms=L)
     data = state.to_bytes()
     assert data[0] == FORMAT_VERSION
     with pytest.raises(ValueError, match="format"):
-        CardState.from_bytes(bytes([FORMAT_VERSION + 1]) + data[1:])
+        state_cls.from_bytes(bytes([FORMAT_VERSION + 1]) + data[1:])
     with pytest.raises(ValueError, match="another feature declaration"):
-        CardState.from_bytes(data[:1] + struct.pack("<I", 12345) + data[5:])
+        state_cls.from_bytes(data[:1] + struct.pack("<I", 12345) + data[5:])
     with pytest.raises(ValueError, match="truncated"):
-        CardState.from_bytes(data[:-1])
+        state_cls.from_bytes(data[:-1])
     with pytest.raises(ValueError, match="too short"):
-        CardState.from_bytes(b"\x01")
-    assert CardState.from_bytes(CardState.empty().to_bytes()).max_ts is None
+        state_cls.from_bytes(b"\x01")
+    assert state_cls.from_bytes(state_cls.empty().to_bytes()).max_ts is None
 
 
-def test_apply_refuses_nul_in_ids_and_negative_lateness() -> None:
+def test_apply_refuses_nul_in_ids_and_negative_lateness(state_cls: type[CardState]) -> None:
     with pytest.raises(ValueError, match="NUL"):
-        CardState.empty().apply(txn("x\x00y", BASE), allowed_lateness_ms=L)
+        state_cls.empty().apply(txn("x\x00y", BASE), allowed_lateness_ms=L)
     with pytest.raises(ValueError, match="allowed_lateness_ms"):
-        CardState.empty().apply(txn(1, BASE), allowed_lateness_ms=-1)
+        state_cls.empty().apply(txn(1, BASE), allowed_lateness_ms=-1)
+
+
+needs_compiled = pytest.mark.skipif(CompiledCardState is None, reason="app.features._state is not built")
+
+
+@needs_compiled
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(card_logs(max_size=150))
+def test_the_compiled_state_is_the_python_state_step_by_step(log: tuple) -> None:
+    """Same outcome, bytes, length, max_ts and recall after every event; each restores the
+    other's bytes mid-log and goes on identically."""
+    assert CompiledCardState is not None
+    lateness, txns, restarts, compact_min = log
+    py, c = CardState.empty(), CompiledCardState.empty()
+    with compaction_after(compact_min):
+        for i, (t, restart) in enumerate(zip(txns, restarts, strict=True)):
+            assert_same(c.apply(t, allowed_lateness_ms=lateness),
+                        py.apply(t, allowed_lateness_ms=lateness))
+            data = py.to_bytes()
+            assert c.to_bytes() == data
+            assert (len(c), c.max_ts) == (len(py), py.max_ts)
+            probe = txns[i // 2].txn_id
+            assert repr(c.recall(probe)) == repr(py.recall(probe))
+            if restart:  # swap: each goes on from the other's bytes
+                py, c = CardState.from_bytes(c.to_bytes()), CompiledCardState.from_bytes(data)
+
+
+@needs_compiled
+def test_the_compiled_state_keeps_any_utf8_and_refuses_what_python_refuses() -> None:
+    assert CompiledCardState is not None
+    log = [txn(f"é{i}", BASE + i * 1_000, 10 + i, merchant=f"café-{i % 3}", country="ÅL")
+           for i in range(5)]
+    py, c = CardState.empty(), CompiledCardState.empty()
+    for t in log:
+        assert_same(c.apply(t, allowed_lateness_ms=L), py.apply(t, allowed_lateness_ms=L))
+    assert c.to_bytes() == py.to_bytes()
+    assert CompiledCardState.from_bytes(py.to_bytes()).to_bytes() == py.to_bytes()
+    bad = bytearray(py.to_bytes())
+    bad[-1] = 0xFF  # not UTF-8
+    for cls in (CardState, CompiledCardState):
+        with pytest.raises(ValueError):
+            cls.from_bytes(bytes(bad))
+    # one NUL more in the last string column: the columns no longer match the event count
+    extra = py.to_bytes()[:-1] + b"\x00"
+    for cls in (CardState, CompiledCardState):
+        with pytest.raises(ValueError, match="string columns|lengths"):
+            cls.from_bytes(extra)
+
+
+@needs_compiled
+def test_the_compiled_state_is_never_tracked_by_the_collector() -> None:
+    """It holds only str and int references: no cycles, so no collector work per card."""
+    assert CompiledCardState is not None
+    state = CompiledCardState.empty()
+    state.apply(txn(1, BASE), allowed_lateness_ms=L)
+    assert not gc.is_tracked(state)
+    assert gc.is_tracked(CardState.empty())  # what the Python state costs the collector

@@ -1,0 +1,774 @@
+/* One card's online feature state, compiled: the twin of app.features.state.CardState.
+ *
+ * Same rules, same outcomes, same bytes (to_bytes / from_bytes are interchangeable with the
+ * Python class, which stays the readable definition and the oracle the tests compare against).
+ * What differs is only how it is held: the buffer is C arrays (ts, amount, primitives, the
+ * txn_id and distinct-field strings with their hashes), the max deques are C ring buffers of
+ * (ts, amount) pairs, and the per-window distinct counts are dicts str -> int as in Python.
+ * The object holds only str and int references (no cycles), so the collector never tracks it.
+ * Remembered txn_ids are the buffered ones, found by a scan of their cached hashes.
+ *
+ * The layout (windows, distinct features, since_prev windows, the signature), the outcome
+ * classes and `vector.derive` are handed over once by `configure` (app/features/state.py),
+ * so the declaration stays the only place a feature exists and derive the one derivation.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the card state format is little-endian; this build assumes a little-endian host"
+#endif
+
+#define MAXW 8
+#define MAXF 4
+#define MAXD 8
+#define MAXS 8
+#define HEADER 17 /* "<BIqI": version, signature, max_ts, events */
+
+typedef struct { int64_t ts, amt; } Pair;
+typedef struct { Pair *buf; Py_ssize_t head, len, cap; } Deque; /* cap: 0 or a power of two */
+
+static struct {
+    int ready;
+    int nw, nf, nd, ns, width, version;
+    uint32_t signature;
+    int64_t w[MAXW], maxw, sw[MAXS];
+    int dfield[MAXD], dwin[MAXD], swin[MAXS];
+    Py_ssize_t compact_min;
+    PyObject *accepted, *late, *redelivered, *derive;
+    PyObject *fields[MAXF], *s_txn_id, *s_ts_ms, *s_amount_minor;
+} L;
+
+typedef struct {
+    PyObject_HEAD
+    int64_t max_ts;
+    Py_ssize_t n, head, cap; /* n counts the evicted head slots until compaction */
+    int64_t *ts, *amt, *prims;
+    PyObject **txn, **vals; /* vals: nf per event, event-major */
+    Py_hash_t *hash;
+    Py_ssize_t start[MAXW];
+    int64_t sum[MAXW];
+    Deque q[MAXW];
+    PyObject *counts[MAXD];
+} State;
+
+static PyTypeObject StateType;
+
+/* --- ring buffer of (ts, amount) ------------------------------------------------------- */
+
+static int dq_push(Deque *d, int64_t ts, int64_t amt) {
+    if (d->len == d->cap) {
+        Py_ssize_t cap = d->cap ? 2 * d->cap : 4;
+        Pair *buf = PyMem_Malloc(cap * sizeof(Pair));
+        if (!buf) { PyErr_NoMemory(); return -1; }
+        for (Py_ssize_t k = 0; k < d->len; k++) buf[k] = d->buf[(d->head + k) & (d->cap - 1)];
+        PyMem_Free(d->buf);
+        d->buf = buf; d->head = 0; d->cap = cap;
+    }
+    d->buf[(d->head + d->len) & (d->cap - 1)] = (Pair){ts, amt};
+    d->len++;
+    return 0;
+}
+
+static inline Pair *dq_at(Deque *d, Py_ssize_t k) { return &d->buf[(d->head + k) & (d->cap - 1)]; }
+static inline void dq_popleft(Deque *d) { d->head = (d->head + 1) & (d->cap - 1); d->len--; }
+
+/* --- helpers ---------------------------------------------------------------------------- */
+
+static int64_t as_i64(PyObject *o, const char *what) {
+    int64_t v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be an int", what);
+    }
+    return v;
+}
+
+static int grow(State *s, Py_ssize_t need) {
+    if (need <= s->cap) return 0;
+    Py_ssize_t cap = s->cap ? s->cap : 4;
+    while (cap < need) cap *= 2;
+    int64_t *ts = PyMem_Realloc(s->ts, cap * sizeof(int64_t));
+    if (ts) s->ts = ts;
+    int64_t *amt = PyMem_Realloc(s->amt, cap * sizeof(int64_t));
+    if (amt) s->amt = amt;
+    int64_t *prims = PyMem_Realloc(s->prims, cap * L.width * sizeof(int64_t));
+    if (prims) s->prims = prims;
+    PyObject **txn = PyMem_Realloc(s->txn, cap * sizeof(PyObject *));
+    if (txn) s->txn = txn;
+    PyObject **vals = PyMem_Realloc(s->vals, cap * L.nf * sizeof(PyObject *));
+    if (vals) s->vals = vals;
+    Py_hash_t *hash = PyMem_Realloc(s->hash, cap * sizeof(Py_hash_t));
+    if (hash) s->hash = hash;
+    if (!ts || !amt || !prims || !txn || !vals || !hash) { PyErr_NoMemory(); return -1; }
+    s->cap = cap;
+    return 0;
+}
+
+/* Drop the evicted head slots (their references) and give back a buffer much too large. */
+static void compact(State *s) {
+    Py_ssize_t h = s->head, live = s->n - h;
+    if (!h) return;
+    for (Py_ssize_t k = 0; k < h; k++) Py_DECREF(s->txn[k]);
+    for (Py_ssize_t k = 0; k < h * L.nf; k++) Py_DECREF(s->vals[k]);
+    memmove(s->ts, s->ts + h, live * sizeof(int64_t));
+    memmove(s->amt, s->amt + h, live * sizeof(int64_t));
+    memmove(s->prims, s->prims + h * L.width, live * L.width * sizeof(int64_t));
+    memmove(s->txn, s->txn + h, live * sizeof(PyObject *));
+    memmove(s->vals, s->vals + h * L.nf, live * L.nf * sizeof(PyObject *));
+    memmove(s->hash, s->hash + h, live * sizeof(Py_hash_t));
+    for (int i = 0; i < L.nw; i++) s->start[i] -= h;
+    s->n = live;
+    s->head = 0;
+}
+
+static void evict(State *s, int64_t cutoff) {
+    Py_ssize_t h = s->head;
+    while (h < s->n && s->ts[h] < cutoff) h++;
+    s->head = h;
+    if (h >= L.compact_min && 2 * h >= s->n) compact(s);
+}
+
+/* Position of a remembered (buffered) txn_id, -1 if none, -2 on error. */
+static Py_ssize_t find(State *s, PyObject *tid, Py_hash_t h) {
+    for (Py_ssize_t k = s->head; k < s->n; k++) {
+        if (s->hash[k] != h) continue;
+        int eq = PyObject_RichCompareBool(s->txn[k], tid, Py_EQ);
+        if (eq < 0) return -2;
+        if (eq) return k;
+    }
+    return -1;
+}
+
+static int count_add(PyObject *dict, PyObject *key, long delta) {
+    PyObject *cur = PyDict_GetItemWithError(dict, key);
+    if (!cur && PyErr_Occurred()) return -1;
+    long v = (cur ? PyLong_AsLong(cur) : 0) + delta;
+    if (v == 0) return PyDict_DelItem(dict, key);
+    PyObject *nv = PyLong_FromLong(v);
+    if (!nv) return -1;
+    int rc = PyDict_SetItem(dict, key, nv);
+    Py_DECREF(nv);
+    return rc;
+}
+
+static PyObject *features_of(const int64_t *prims, int64_t amt_value, PyObject *amt_obj) {
+    PyObject *list = PyList_New(L.width);
+    if (!list) return NULL;
+    for (int k = 0; k < L.width; k++) {
+        PyObject *v = PyLong_FromLongLong(prims[k]);
+        if (!v) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, k, v);
+    }
+    PyObject *amt = amt_obj ? Py_NewRef(amt_obj) : PyLong_FromLongLong(amt_value);
+    if (!amt) { Py_DECREF(list); return NULL; }
+    PyObject *out = PyObject_CallFunctionObjArgs(L.derive, list, amt, NULL);
+    Py_DECREF(list);
+    Py_DECREF(amt);
+    return out;
+}
+
+static PyObject *first_features(State *s, Py_ssize_t pos) {
+    return features_of(s->prims + pos * L.width, s->amt[pos], NULL);
+}
+
+/* --- in order: O(1) amortized ----------------------------------------------------------- */
+
+static int append(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
+                  PyObject **vals, Py_ssize_t live, int64_t *prims) {
+    if (grow(s, s->n + 1) < 0) return -1;
+    Py_ssize_t n = s->n;
+    int64_t sums[MAXW];
+    for (int i = 0; i < L.nw; i++) {
+        if (__builtin_add_overflow(s->sum[i], amt, &sums[i])) {
+            PyErr_SetString(PyExc_OverflowError, "card state: a window's sum exceeds int64");
+            return -1;
+        }
+    }
+    for (int i = 0; i < L.nw; i++) {
+        int64_t bound = ts - L.w[i];
+        Py_ssize_t st = s->start[i];
+        int64_t total = sums[i];
+        while (st < n && s->ts[st] <= bound) {
+            total -= s->amt[st];
+            for (int j = 0; j < L.nd; j++) {
+                if (L.dwin[j] == i && count_add(s->counts[j], s->vals[st * L.nf + L.dfield[j]], -1) < 0)
+                    return -1;
+            }
+            st++;
+        }
+        s->start[i] = st;
+        s->sum[i] = total;
+        Deque *q = &s->q[i];
+        while (q->len && dq_at(q, 0)->ts <= bound) dq_popleft(q);
+        while (q->len && dq_at(q, q->len - 1)->amt <= amt) q->len--;
+        if (dq_push(q, ts, amt) < 0) return -1;
+        prims[3 * i] = n + 1 - st;
+        prims[3 * i + 1] = total;
+        prims[3 * i + 2] = dq_at(q, 0)->amt;
+    }
+    for (int j = 0; j < L.nd; j++) {
+        if (count_add(s->counts[j], vals[L.dfield[j]], 1) < 0) return -1;
+        prims[3 * L.nw + j] = PyDict_GET_SIZE(s->counts[j]);
+    }
+    int64_t prev = s->max_ts;
+    for (int k = 0; k < L.ns; k++)
+        prims[3 * L.nw + L.nd + k] = (live && prev > ts - L.sw[k]) ? ts - prev : -1;
+    s->ts[n] = ts;
+    s->amt[n] = amt;
+    memcpy(s->prims + n * L.width, prims, L.width * sizeof(int64_t));
+    s->txn[n] = Py_NewRef(tid);
+    s->hash[n] = h;
+    for (int f = 0; f < L.nf; f++) s->vals[n * L.nf + f] = Py_NewRef(vals[f]);
+    s->n = n + 1;
+    s->max_ts = ts;
+    return 0;
+}
+
+/* --- out of order (within L): rescan ------------------------------------------------------ */
+
+static Py_ssize_t bisect_right(const int64_t *a, int64_t x, Py_ssize_t lo, Py_ssize_t hi) {
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (x < a[mid]) hi = mid; else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* Add an event with ts < max_ts to the running aggregates of the windows at max_ts. */
+static int fold_in_past(State *s, int64_t ts, int64_t amt, PyObject **vals) {
+    for (int i = 0; i < L.nw; i++) {
+        if (ts <= s->max_ts - L.w[i]) { s->start[i]++; continue; }
+        if (__builtin_add_overflow(s->sum[i], amt, &s->sum[i])) {
+            PyErr_SetString(PyExc_OverflowError, "card state: a window's sum exceeds int64");
+            return -1;
+        }
+        for (int j = 0; j < L.nd; j++)
+            if (L.dwin[j] == i && count_add(s->counts[j], vals[L.dfield[j]], 1) < 0) return -1;
+        /* deque invariant: an entry stays iff larger than every later event in the window;
+           entries with ts <= τ precede the new event (it goes after equal timestamps) */
+        Deque *q = &s->q[i];
+        Py_ssize_t len = q->len, k = 0, kept = 0;
+        Pair *old = PyMem_Malloc((len + 1) * sizeof(Pair));
+        if (!old) { PyErr_NoMemory(); return -1; }
+        for (Py_ssize_t e = 0; e < len; e++) old[e] = *dq_at(q, e);
+        while (k < len && old[k].ts <= ts) k++;
+        Pair *out = old; /* filtered in place: kept entries never overtake the read index */
+        for (Py_ssize_t e = 0; e < k; e++) if (old[e].amt > amt) out[kept++] = old[e];
+        int add = (k == len) || amt > old[k].amt;
+        Py_ssize_t later = len - k;
+        memmove(out + kept + add, old + k, later * sizeof(Pair));
+        if (add) out[kept] = (Pair){ts, amt};
+        q->head = 0; q->len = 0;
+        for (Py_ssize_t e = 0; e < kept + add + later; e++) {
+            if (dq_push(q, out[e].ts, out[e].amt) < 0) { PyMem_Free(old); return -1; }
+        }
+        PyMem_Free(old);
+    }
+    return 0;
+}
+
+static int insert(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
+                  PyObject **vals, int64_t *prims) {
+    if (grow(s, s->n + 1) < 0) return -1;
+    Py_ssize_t hd = s->head, n = s->n;
+    Py_ssize_t hi = bisect_right(s->ts, ts, hd, n); /* every buffered event with ts <= τ came first */
+    Py_ssize_t lows[MAXW];
+    for (int i = 0; i < L.nw; i++) {
+        Py_ssize_t lo = lows[i] = bisect_right(s->ts, ts - L.w[i], hd, hi);
+        int64_t total = amt, mx = amt;
+        for (Py_ssize_t k = lo; k < hi; k++) {
+            if (__builtin_add_overflow(total, s->amt[k], &total)) {
+                PyErr_SetString(PyExc_OverflowError, "card state: a window's sum exceeds int64");
+                return -1;
+            }
+            if (s->amt[k] > mx) mx = s->amt[k];
+        }
+        prims[3 * i] = hi - lo + 1;
+        prims[3 * i + 1] = total;
+        prims[3 * i + 2] = mx;
+    }
+    for (int j = 0; j < L.nd; j++) {
+        PyObject *seen = PySet_New(NULL);
+        if (!seen) return -1;
+        int fi = L.dfield[j];
+        for (Py_ssize_t k = lows[L.dwin[j]]; k < hi; k++) {
+            if (PySet_Add(seen, s->vals[k * L.nf + fi]) < 0) { Py_DECREF(seen); return -1; }
+        }
+        if (PySet_Add(seen, vals[fi]) < 0) { Py_DECREF(seen); return -1; }
+        prims[3 * L.nw + j] = PySet_GET_SIZE(seen);
+        Py_DECREF(seen);
+    }
+    for (int k = 0; k < L.ns; k++)
+        prims[3 * L.nw + L.nd + k] = hi > lows[L.swin[k]] ? ts - s->ts[hi - 1] : -1;
+    Py_ssize_t tail = n - hi;
+    memmove(s->ts + hi + 1, s->ts + hi, tail * sizeof(int64_t));
+    memmove(s->amt + hi + 1, s->amt + hi, tail * sizeof(int64_t));
+    memmove(s->prims + (hi + 1) * L.width, s->prims + hi * L.width, tail * L.width * sizeof(int64_t));
+    memmove(s->txn + hi + 1, s->txn + hi, tail * sizeof(PyObject *));
+    memmove(s->hash + hi + 1, s->hash + hi, tail * sizeof(Py_hash_t));
+    memmove(s->vals + (hi + 1) * L.nf, s->vals + hi * L.nf, tail * L.nf * sizeof(PyObject *));
+    s->ts[hi] = ts;
+    s->amt[hi] = amt;
+    memcpy(s->prims + hi * L.width, prims, L.width * sizeof(int64_t));
+    s->txn[hi] = Py_NewRef(tid);
+    s->hash[hi] = h;
+    for (int f = 0; f < L.nf; f++) s->vals[hi * L.nf + f] = Py_NewRef(vals[f]);
+    s->n = n + 1;
+    return fold_in_past(s, ts, amt, vals);
+}
+
+/* --- the type ----------------------------------------------------------------------------- */
+
+static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    if (!L.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "app.features._state is not configured");
+        return NULL;
+    }
+    if ((args && PyTuple_GET_SIZE(args)) || (kw && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "CardState() takes no arguments");
+        return NULL;
+    }
+    State *s = (State *)type->tp_alloc(type, 0);
+    if (!s) return NULL;
+    for (int j = 0; j < L.nd; j++) {
+        if (!(s->counts[j] = PyDict_New())) { Py_DECREF(s); return NULL; }
+    }
+    return (PyObject *)s;
+}
+
+static void state_dealloc(State *s) {
+    for (Py_ssize_t k = 0; k < s->n; k++) Py_DECREF(s->txn[k]);
+    for (Py_ssize_t k = 0; k < s->n * L.nf; k++) Py_DECREF(s->vals[k]);
+    PyMem_Free(s->ts); PyMem_Free(s->amt); PyMem_Free(s->prims);
+    PyMem_Free(s->txn); PyMem_Free(s->vals); PyMem_Free(s->hash);
+    for (int i = 0; i < L.nw; i++) PyMem_Free(s->q[i].buf);
+    for (int j = 0; j < L.nd; j++) Py_XDECREF(s->counts[j]);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *state_empty(PyObject *cls, PyObject *unused) {
+    return state_new((PyTypeObject *)cls, NULL, NULL);
+}
+
+static Py_ssize_t state_len(State *s) { return s->n - s->head; }
+
+static PyObject *state_max_ts(State *s, void *unused) {
+    if (s->n - s->head == 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(s->max_ts);
+}
+
+static int has_nul(PyObject *str) {
+    if (!PyUnicode_Check(str)) {
+        PyErr_Format(PyExc_TypeError, "ids must be str, got %.100s", Py_TYPE(str)->tp_name);
+        return -1;
+    }
+    if (PyUnicode_FindChar(str, 0, 0, PyUnicode_GET_LENGTH(str), 1) >= 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "ids must not contain NUL (validate with the transaction contract)");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *apply_txn(State *s, PyObject *txn, int64_t lateness) {
+    PyObject *tid = NULL, *ts_obj = NULL, *amt_obj = NULL, *vals[MAXF] = {NULL};
+    PyObject *result = NULL;
+    int64_t prims[MAXW * 3 + MAXD + MAXS];
+    if (!(tid = PyObject_GetAttr(txn, L.s_txn_id))) goto done;
+    Py_hash_t h = PyObject_Hash(tid);
+    if (h == -1) goto done;
+    Py_ssize_t pos = find(s, tid, h);
+    if (pos == -2) goto done;
+    if (pos >= 0) {
+        PyObject *features = first_features(s, pos);
+        if (features) result = PyObject_CallOneArg(L.redelivered, features);
+        Py_XDECREF(features);
+        goto done;
+    }
+    if (!(ts_obj = PyObject_GetAttr(txn, L.s_ts_ms))) goto done;
+    int64_t ts = as_i64(ts_obj, "ts_ms");
+    if (ts == -1 && PyErr_Occurred()) goto done;
+    Py_ssize_t live = s->n - s->head;
+    int64_t floor;
+    if (live && !__builtin_sub_overflow(s->max_ts, lateness, &floor) && ts < floor) {
+        int64_t behind = s->max_ts - ts;
+        PyObject *reason = PyUnicode_FromFormat(
+            "ts %lld is %lld ms behind the card's max_ts %lld (allowed lateness %lld ms)",
+            (long long)ts, (long long)behind, (long long)s->max_ts, (long long)lateness);
+        if (!reason) goto done;
+        result = PyObject_CallFunction(L.late, "NL", reason, (long long)behind);
+        goto done;
+    }
+    for (int f = 0; f < L.nf; f++)
+        if (!(vals[f] = PyObject_GetAttr(txn, L.fields[f]))) goto done;
+    if (has_nul(tid) < 0) goto done;
+    for (int f = 0; f < L.nf; f++)
+        if (has_nul(vals[f]) < 0) goto done;
+    if (!(amt_obj = PyObject_GetAttr(txn, L.s_amount_minor))) goto done;
+    int64_t amt = as_i64(amt_obj, "amount_minor");
+    if (amt == -1 && PyErr_Occurred()) goto done;
+    int rc = (!live || ts >= s->max_ts) ? append(s, tid, h, ts, amt, vals, live, prims)
+                                        : insert(s, tid, h, ts, amt, vals, prims);
+    if (rc < 0) goto done;
+    int64_t cutoff;
+    if (__builtin_sub_overflow(s->max_ts - L.maxw, lateness, &cutoff)) cutoff = INT64_MIN;
+    evict(s, cutoff);
+    PyObject *features = features_of(prims, amt, amt_obj);
+    if (features) result = PyObject_CallOneArg(L.accepted, features);
+    Py_XDECREF(features);
+done:
+    Py_XDECREF(tid); Py_XDECREF(ts_obj); Py_XDECREF(amt_obj);
+    for (int f = 0; f < L.nf; f++) Py_XDECREF(vals[f]);
+    return result;
+}
+
+static PyObject *state_apply(State *s, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char msg[] = "apply(txn, *, allowed_lateness_ms)";
+    if (nargs != 1 || !kwnames || PyTuple_GET_SIZE(kwnames) != 1) {
+        PyErr_Format(PyExc_TypeError, "%s takes one transaction and its lateness by keyword", msg);
+        return NULL;
+    }
+    PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+    if (!PyUnicode_Check(name) || PyUnicode_CompareWithASCIIString(name, "allowed_lateness_ms")) {
+        PyErr_Format(PyExc_TypeError, "%s: unexpected keyword %R", msg, name);
+        return NULL;
+    }
+    int64_t lateness = as_i64(args[1], "allowed_lateness_ms");
+    if (lateness == -1 && PyErr_Occurred()) return NULL;
+    if (lateness < 0) {
+        PyErr_Format(PyExc_ValueError, "allowed_lateness_ms must be >= 0, got %lld",
+                     (long long)lateness);
+        return NULL;
+    }
+    return apply_txn(s, args[0], lateness);
+}
+
+static PyObject *state_recall(State *s, PyObject *tid) {
+    Py_hash_t h = PyObject_Hash(tid);
+    if (h == -1) return NULL;
+    Py_ssize_t pos = find(s, tid, h);
+    if (pos == -2) return NULL;
+    if (pos < 0) Py_RETURN_NONE;
+    return first_features(s, pos);
+}
+
+/* The joined UTF-8 of `count` strings (stride apart) with NUL between, into dst (or sized). */
+static Py_ssize_t joined(PyObject **strs, Py_ssize_t count, Py_ssize_t stride, char *dst) {
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t len;
+        const char *u = PyUnicode_AsUTF8AndSize(strs[k * stride], &len);
+        if (!u) return -1;
+        if (k) { if (dst) dst[total] = 0; total++; }
+        if (dst) memcpy(dst + total, u, len);
+        total += len;
+    }
+    return total;
+}
+
+static inline char *put_u32(char *p, uint32_t v) { memcpy(p, &v, 4); return p + 4; }
+
+static PyObject *state_to_bytes(State *s, PyObject *unused) {
+    Py_ssize_t h = s->head, n = s->n - h, pairs = 0;
+    Py_ssize_t slen[1 + MAXF];
+    if ((slen[0] = joined(s->txn + h, n, 1, NULL)) < 0) return NULL;
+    for (int f = 0; f < L.nf; f++)
+        if ((slen[1 + f] = joined(s->vals + h * L.nf + f, n, L.nf, NULL)) < 0) return NULL;
+    for (int i = 0; i < L.nw; i++) pairs += s->q[i].len;
+    Py_ssize_t size = HEADER + 4 * (L.nw + 1 + L.nf) + 8 * n * (2 + L.width) + 16 * pairs;
+    for (int f = 0; f < 1 + L.nf; f++) size += slen[f];
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (!out) return NULL;
+    char *p = PyBytes_AS_STRING(out);
+    int64_t max_ts = n ? s->max_ts : 0;
+    *p++ = (char)L.version;
+    p = put_u32(p, L.signature);
+    memcpy(p, &max_ts, 8); p += 8;
+    p = put_u32(p, (uint32_t)n);
+    for (int i = 0; i < L.nw; i++) p = put_u32(p, (uint32_t)s->q[i].len);
+    for (int f = 0; f < 1 + L.nf; f++) p = put_u32(p, (uint32_t)slen[f]);
+    memcpy(p, s->ts + h, 8 * n); p += 8 * n;
+    memcpy(p, s->amt + h, 8 * n); p += 8 * n;
+    memcpy(p, s->prims + h * L.width, 8 * n * L.width); p += 8 * n * L.width;
+    for (int i = 0; i < L.nw; i++) {
+        for (Py_ssize_t k = 0; k < s->q[i].len; k++) { memcpy(p, dq_at(&s->q[i], k), 16); p += 16; }
+    }
+    p += joined(s->txn + h, n, 1, p);
+    for (int f = 0; f < L.nf; f++) p += joined(s->vals + h * L.nf + f, n, L.nf, p);
+    return out;
+}
+
+/* Split `len` bytes at NULs into exactly `n` str objects written `stride` apart. */
+static int split_strings(const char *data, Py_ssize_t len, Py_ssize_t n, PyObject **dst,
+                         Py_ssize_t stride, Py_ssize_t *got) {
+    Py_ssize_t k = 0, from = 0;
+    for (Py_ssize_t at = 0; at <= len; at++) {
+        if (at < len && data[at]) continue;
+        PyObject *str = PyUnicode_DecodeUTF8(data + from, at - from, NULL);
+        if (!str) {
+            for (Py_ssize_t m = 0; m < Py_MIN(k, n); m++) Py_DECREF(dst[m * stride]);
+            return -1;
+        }
+        if (k < n) dst[k * stride] = str; else Py_DECREF(str);
+        k++;
+        from = at + 1;
+    }
+    *got = k;
+    return 0;
+}
+
+static PyObject *state_from_bytes(PyObject *cls, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    State *s = NULL;
+    const char *data = view.buf;
+    Py_ssize_t size = view.len, fixed = HEADER + 4 * (L.nw + 1 + L.nf);
+    if (size < fixed) {
+        PyErr_Format(PyExc_ValueError, "card state: %zd bytes is too short", size);
+        goto fail;
+    }
+    uint32_t signature, n32, lens[MAXW + 1 + MAXF];
+    int64_t max_ts;
+    memcpy(&signature, data + 1, 4);
+    memcpy(&max_ts, data + 5, 8);
+    memcpy(&n32, data + 13, 4);
+    if ((unsigned char)data[0] != L.version) {
+        PyErr_Format(PyExc_ValueError, "card state: format %d is not %d",
+                     (unsigned char)data[0], L.version);
+        goto fail;
+    }
+    if (signature != L.signature) {
+        PyErr_SetString(PyExc_ValueError,
+                        "card state: written under another feature declaration; rebuild it");
+        goto fail;
+    }
+    memcpy(lens, data + HEADER, 4 * (L.nw + 1 + L.nf));
+    int64_t n = n32, want = fixed + 8 * n * (2 + L.width);
+    for (int k = 0; k < L.nw; k++) want += 16 * (int64_t)lens[k];
+    for (int k = 0; k < 1 + L.nf; k++) want += lens[L.nw + k];
+    if (want != size) {
+        PyErr_SetString(PyExc_ValueError, "card state: lengths do not add up (truncated or corrupt)");
+        goto fail;
+    }
+    if (!(s = (State *)state_new((PyTypeObject *)cls, NULL, NULL))) goto fail;
+    if (grow(s, n) < 0) goto fail;
+    const char *p = data + fixed;
+    memcpy(s->ts, p, 8 * n); p += 8 * n;
+    memcpy(s->amt, p, 8 * n); p += 8 * n;
+    memcpy(s->prims, p, 8 * n * L.width); p += 8 * n * L.width;
+    for (int i = 0; i < L.nw; i++) {
+        for (uint32_t k = 0; k < lens[i]; k++) {
+            Pair pr;
+            memcpy(&pr, p, 16); p += 16;
+            if (dq_push(&s->q[i], pr.ts, pr.amt) < 0) goto fail;
+        }
+    }
+    /* strings: the txn_ids, then each field's values; all n of each or the state is refused */
+    Py_ssize_t got[1 + MAXF];
+    int bad = 0;
+    for (int f = 0; f < 1 + L.nf; f++) {
+        PyObject **dst = f ? s->vals + (f - 1) : s->txn;
+        Py_ssize_t stride = f ? L.nf : 1;
+        Py_ssize_t len = lens[L.nw + f];
+        got[f] = 0;
+        if (n && split_strings(p, len, n, dst, stride, &got[f]) < 0) {
+            got[f] = 0;
+            for (int g = 0; g < f; g++) { /* free what earlier columns made */
+                PyObject **prev = g ? s->vals + (g - 1) : s->txn;
+                for (Py_ssize_t k = 0; k < Py_MIN(got[g], n); k++) Py_DECREF(prev[k * (g ? L.nf : 1)]);
+            }
+            goto fail;
+        }
+        if (n && got[f] != n) bad = 1;
+        p += len;
+    }
+    if (bad) {
+        for (int f = 0; f < 1 + L.nf; f++) {
+            PyObject **dst = f ? s->vals + (f - 1) : s->txn;
+            for (Py_ssize_t k = 0; k < Py_MIN(got[f], n); k++) Py_DECREF(dst[k * (f ? L.nf : 1)]);
+        }
+        PyErr_SetString(PyExc_ValueError, "card state: string columns do not match the event count");
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if ((s->hash[k] = PyObject_Hash(s->txn[k])) == -1) { s->n = n; goto fail; }
+    }
+    s->n = n;
+    s->max_ts = max_ts;
+    for (int i = 0; i < L.nw; i++) {
+        Py_ssize_t st = s->start[i] = bisect_right(s->ts, max_ts - L.w[i], 0, n);
+        int64_t total = 0;
+        for (Py_ssize_t k = st; k < n; k++) {
+            if (__builtin_add_overflow(total, s->amt[k], &total)) {
+                PyErr_SetString(PyExc_OverflowError, "card state: a window's sum exceeds int64");
+                goto fail;
+            }
+        }
+        s->sum[i] = total;
+    }
+    for (int j = 0; j < L.nd; j++) {
+        for (Py_ssize_t k = s->start[L.dwin[j]]; k < n; k++)
+            if (count_add(s->counts[j], s->vals[k * L.nf + L.dfield[j]], 1) < 0) goto fail;
+    }
+    PyBuffer_Release(&view);
+    return (PyObject *)s;
+fail:
+    Py_XDECREF(s);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *state_sizeof(State *s, PyObject *unused) {
+    Py_ssize_t size = sizeof(State) + s->cap * (8 * (2 + L.width) + sizeof(PyObject *) * (1 + L.nf)
+                                               + sizeof(Py_hash_t));
+    for (int i = 0; i < L.nw; i++) size += s->q[i].cap * sizeof(Pair);
+    return PyLong_FromSsize_t(size);
+}
+
+static PyMethodDef state_methods[] = {
+    {"empty", (PyCFunction)state_empty, METH_NOARGS | METH_CLASS, "The state of a card never seen."},
+    {"apply", (PyCFunction)(void (*)(void))state_apply, METH_FASTCALL | METH_KEYWORDS,
+     "Score one transaction of this card, in the card's log order, and fold it in if new."},
+    {"recall", (PyCFunction)state_recall, METH_O,
+     "The features `txn_id` was first served with, while it is still remembered."},
+    {"to_bytes", (PyCFunction)state_to_bytes, METH_NOARGS, "The state as compact, versioned bytes."},
+    {"from_bytes", (PyCFunction)state_from_bytes, METH_O | METH_CLASS,
+     "Restore a state written by `to_bytes`; raise ValueError for anything else."},
+    {"__sizeof__", (PyCFunction)state_sizeof, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef state_getset[] = {
+    {"max_ts", (getter)state_max_ts, NULL, "Largest ts accepted so far, None for a card never seen.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods state_as_sequence = {.sq_length = (lenfunc)state_len};
+
+static PyTypeObject StateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "app.features._state.CardState",
+    .tp_basicsize = sizeof(State),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One card's online feature state, compiled (see app.features.state.CardState).",
+    .tp_new = state_new,
+    .tp_dealloc = (destructor)state_dealloc,
+    .tp_methods = state_methods,
+    .tp_getset = state_getset,
+    .tp_as_sequence = &state_as_sequence,
+};
+
+/* --- configure ------------------------------------------------------------------------------- */
+
+static int int_tuple(PyObject *t, int64_t *dst, int max, const char *what) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > max) {
+        PyErr_Format(PyExc_ValueError, "%s: a tuple of at most %d ints", what, max);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(t); k++) {
+        dst[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, k));
+        if (dst[k] == -1 && PyErr_Occurred()) return -1;
+    }
+    return (int)PyTuple_GET_SIZE(t);
+}
+
+static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"windows", "distinct_fields", "distinct_windows", "since_windows",
+                             "fields", "signature", "version", "compact_min", "accepted", "late",
+                             "redelivered", "derive", NULL};
+    PyObject *windows, *dfields, *dwins, *swins, *fields, *acc, *late, *red, *derive;
+    unsigned long long signature;
+    int version;
+    Py_ssize_t compact_min;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$OOOOOKinOOOO", kwlist, &windows, &dfields, &dwins,
+                                     &swins, &fields, &signature, &version, &compact_min, &acc,
+                                     &late, &red, &derive))
+        return NULL;
+    if (L.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "app.features._state is configured once");
+        return NULL;
+    }
+    int64_t df[MAXD], dw[MAXD], sw[MAXS];
+    int nw = int_tuple(windows, L.w, MAXW, "windows");
+    int nd = nw < 0 ? -1 : int_tuple(dfields, df, MAXD, "distinct_fields");
+    int nd2 = nd < 0 ? -1 : int_tuple(dwins, dw, MAXD, "distinct_windows");
+    int ns = nd2 < 0 ? -1 : int_tuple(swins, sw, MAXS, "since_windows");
+    if (ns < 0) return NULL;
+    if (nw < 1 || nd != nd2 || !PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) > MAXF
+        || compact_min < 1) {
+        PyErr_SetString(PyExc_ValueError, "configure: inconsistent layout");
+        return NULL;
+    }
+    L.nw = nw; L.nd = nd; L.ns = ns; L.nf = (int)PyTuple_GET_SIZE(fields);
+    for (int j = 0; j < nd; j++) {
+        if (df[j] < 0 || df[j] >= L.nf || dw[j] < 0 || dw[j] >= nw) {
+            PyErr_SetString(PyExc_ValueError, "configure: a distinct feature outside the layout");
+            return NULL;
+        }
+        L.dfield[j] = (int)df[j]; L.dwin[j] = (int)dw[j];
+    }
+    for (int k = 0; k < ns; k++) {
+        if (sw[k] < 0 || sw[k] >= nw) {
+            PyErr_SetString(PyExc_ValueError, "configure: a since window outside the layout");
+            return NULL;
+        }
+        L.swin[k] = (int)sw[k]; L.sw[k] = L.w[sw[k]];
+    }
+    L.maxw = L.w[nw - 1];
+    L.width = 3 * nw + nd + ns;
+    L.signature = (uint32_t)signature;
+    L.version = version;
+    L.compact_min = compact_min;
+    for (int f = 0; f < L.nf; f++) {
+        PyObject *name = PyTuple_GET_ITEM(fields, f);
+        if (!PyUnicode_Check(name)) { PyErr_SetString(PyExc_TypeError, "fields: names"); return NULL; }
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        L.fields[f] = name;
+    }
+    L.accepted = Py_NewRef(acc); L.late = Py_NewRef(late);
+    L.redelivered = Py_NewRef(red); L.derive = Py_NewRef(derive);
+    L.s_txn_id = PyUnicode_InternFromString("txn_id");
+    L.s_ts_ms = PyUnicode_InternFromString("ts_ms");
+    L.s_amount_minor = PyUnicode_InternFromString("amount_minor");
+    if (!L.s_txn_id || !L.s_ts_ms || !L.s_amount_minor) return NULL;
+    L.ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *set_compact_min(PyObject *mod, PyObject *arg) {
+    Py_ssize_t v = PyLong_AsSsize_t(arg);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    if (v < 1) { PyErr_SetString(PyExc_ValueError, "compact_min must be >= 1"); return NULL; }
+    Py_ssize_t old = L.compact_min;
+    L.compact_min = v;
+    return PyLong_FromSsize_t(old);
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "Hand over the layout, the outcome classes and derive (once, from app.features.state)."},
+    {"set_compact_min", set_compact_min, METH_O,
+     "Evicted slots kept before compaction (tests); returns the previous value."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "app.features._state",
+    "One card's online feature state, compiled (the twin of app.features.state.CardState).",
+    -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__state(void) {
+    if (PyType_Ready(&StateType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "CardState", (PyObject *)&StateType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
