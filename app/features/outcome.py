@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from app.features.declaration import FeatureValue, feature_dict
 from app.features.vector import FeatureVector
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(msgspec.Struct, frozen=True, gc=False):
     """First sight of the transaction: folded into the state and scored with `features`."""
 
     features: FeatureVector
@@ -19,8 +18,7 @@ class Accepted:
         return feature_dict(self.features)
 
 
-@dataclass(frozen=True, slots=True)
-class Redelivered:
+class Redelivered(msgspec.Struct, frozen=True, gc=False):
     """A txn_id the card already accepted: not folded again, scored with its first features."""
 
     features: FeatureVector
@@ -30,8 +28,7 @@ class Redelivered:
         return feature_dict(self.features)
 
 
-@dataclass(frozen=True, slots=True)
-class Late:
+class Late(msgspec.Struct, frozen=True, gc=False):
     """Older than the card's max_ts minus the allowed lateness: neither scored nor folded."""
 
     reason: str

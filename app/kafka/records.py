@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -17,8 +18,7 @@ H_SOURCE_OFFSET: Final = "fraudstream.source.offset"
 H_SOURCE_APPENDED_MS: Final = "fraudstream.source.appended_ms"
 
 
-@dataclass(frozen=True, slots=True)
-class SourceMessage:
+class SourceMessage(msgspec.Struct, frozen=True, gc=False):
     """One consumed Kafka message, with where it came from."""
 
     topic: str
@@ -28,8 +28,7 @@ class SourceMessage:
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class OutRecord:
+class OutRecord(msgspec.Struct, frozen=True, gc=False):
     """One message to produce: `topic` is the logical name (see app.kafka.topics);
     `source_partition`, the input partition of the message it was produced for, names the
     Kafka transaction that carries it in exactly_once (app.stream.txnsink)."""

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
+
 from app.features.declaration import FEATURE_NAMES
 from app.features.state import Accepted, CardState, Late, Redelivered, StreamCardState
 from app.kafka import topics
@@ -28,8 +30,7 @@ class CardStore(Protocol):
         """Persist the card's record; `partition` is the source partition of its last message."""
 
 
-@dataclass(frozen=True, slots=True)
-class Scored:
+class Scored(msgspec.Struct, frozen=True):
     """A transaction that passed the contract and the lateness rule, with its feature vector."""
 
     source: SourceMessage

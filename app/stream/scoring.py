@@ -79,16 +79,17 @@ class ScoringStage:
         self.drift.observe(scored, matrix, scores)
         decided_at = self.clock_ms()
         explanations = self._explain(scored, matrix, scores)
-        lists = self.lists
+        lists, thresholds = self.lists, self.thresholds
         out: list[OutRecord] = []
         for i, (item, raw) in enumerate(zip(scored, scores, strict=True)):
             score = float(raw)
             out.append(served_record(item, score=score, model_version=model.version))
+            entry = lists.match(item.txn.card_id, item.txn.merchant_id) if lists.entries else None
+            if entry is None and not decide(score, thresholds):
+                continue  # most rows: nothing decided, no list entry, no actions to build
             actions = build_actions(item.txn, score, model.version, decided_at,
-                                    thresholds=self.thresholds,
-                                    explanation=explanations.get(i),
-                                    entry=lists.match(item.txn.card_id, item.txn.merchant_id)
-                                    if lists.entries else None)
+                                    thresholds=thresholds, explanation=explanations.get(i),
+                                    entry=entry)
             if not actions:
                 continue
             # when the transaction reached Kafka, for the event → effect latency at dispatch

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -127,8 +126,7 @@ def sink_on(cluster: Cluster) -> TransactionalSink:
                              source_topic=SOURCE, group_id="app")
 
 
-@dataclass(frozen=True, slots=True)
-class Msg(SourceMessage):
+class Msg(SourceMessage, frozen=True, gc=False):
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
