@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -26,6 +25,27 @@ from app.security.tokens import TokenSet, service_tokens
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+#: How long the service's shutdown waits for the label forwarder once cancelled.
+FORWARDER_STOP_S = 5.0
+
+
+async def stop_task(task: asyncio.Task[None], timeout_s: float) -> bool:
+    """Cancel `task` and wait for it up to `timeout_s`; False (logged) if it is still running.
+
+    Python 3.11's `asyncio.wait_for` can swallow a cancellation that lands as the awaited
+    call completes (fixed in 3.12), so a task caught there would run on: the shutdown, and
+    the Redis client closed after it, never wait on it for ever.
+    """
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        logger.warning("task %s did not stop within %.1f s of its cancellation; left behind",
+                       task.get_name(), timeout_s)
+        return False
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("task %s ended with %r", task.get_name(), task.exception())
+    return True
 
 class RedisClientFactory(Protocol):
     """Builds the service's Redis client from settings (tests inject their own)."""
@@ -157,9 +177,7 @@ def create_app(
             yield
         finally:
             if forwarder is not None:
-                forwarder.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await forwarder
+                await stop_task(forwarder, FORWARDER_STOP_S)
             await app[STORE].aclose()
             await app[LISTS].aclose()
             await client.aclose()
