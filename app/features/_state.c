@@ -174,6 +174,18 @@ static PyObject *first_features(State *s, Py_ssize_t pos) {
     return features_of(s->prims + pos * L.width, s->amt[pos], NULL);
 }
 
+/* Write an event into slot `at` (free: past the end, or opened by a memmove). */
+static void put(State *s, Py_ssize_t at, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
+                const int64_t *prims, PyObject **vals) {
+    s->ts[at] = ts;
+    s->amt[at] = amt;
+    memcpy(s->prims + at * L.width, prims, L.width * sizeof(int64_t));
+    s->txn[at] = Py_NewRef(tid);
+    s->hash[at] = h;
+    for (int f = 0; f < L.nf; f++) s->vals[at * L.nf + f] = Py_NewRef(vals[f]);
+    s->n++;
+}
+
 /* --- in order: O(1) amortized ----------------------------------------------------------- */
 
 static int append(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
@@ -216,13 +228,7 @@ static int append(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
     int64_t prev = s->max_ts;
     for (int k = 0; k < L.ns; k++)
         prims[3 * L.nw + L.nd + k] = (live && prev > ts - L.sw[k]) ? ts - prev : -1;
-    s->ts[n] = ts;
-    s->amt[n] = amt;
-    memcpy(s->prims + n * L.width, prims, L.width * sizeof(int64_t));
-    s->txn[n] = Py_NewRef(tid);
-    s->hash[n] = h;
-    for (int f = 0; f < L.nf; f++) s->vals[n * L.nf + f] = Py_NewRef(vals[f]);
-    s->n = n + 1;
+    put(s, n, tid, h, ts, amt, prims, vals);
     s->max_ts = ts;
     return 0;
 }
@@ -310,13 +316,7 @@ static int insert(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
     memmove(s->txn + hi + 1, s->txn + hi, tail * sizeof(PyObject *));
     memmove(s->hash + hi + 1, s->hash + hi, tail * sizeof(Py_hash_t));
     memmove(s->vals + (hi + 1) * L.nf, s->vals + hi * L.nf, tail * L.nf * sizeof(PyObject *));
-    s->ts[hi] = ts;
-    s->amt[hi] = amt;
-    memcpy(s->prims + hi * L.width, prims, L.width * sizeof(int64_t));
-    s->txn[hi] = Py_NewRef(tid);
-    s->hash[hi] = h;
-    for (int f = 0; f < L.nf; f++) s->vals[hi * L.nf + f] = Py_NewRef(vals[f]);
-    s->n = n + 1;
+    put(s, hi, tid, h, ts, amt, prims, vals);
     return fold_in_past(s, ts, amt, vals);
 }
 
