@@ -33,9 +33,9 @@ FORWARDER_STOP_S = 5.0
 async def stop_task(task: asyncio.Task[None], timeout_s: float) -> bool:
     """Cancel `task` and wait for it up to `timeout_s`; False (logged) if it is still running.
 
-    Python 3.11's `asyncio.wait_for` can swallow a cancellation that lands as the awaited
-    call completes (fixed in 3.12), so a task caught there would run on: the shutdown, and
-    the Redis client closed after it, never wait on it for ever.
+    A guard: a task that swallows its cancellation (3.11's `asyncio.wait_for` did, as the
+    awaited call completed; `start_or_close` now honours it) would otherwise hold the
+    shutdown, and the Redis client closed after it, for ever.
     """
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=timeout_s)
@@ -46,6 +46,7 @@ async def stop_task(task: asyncio.Task[None], timeout_s: float) -> bool:
     if not task.cancelled() and task.exception() is not None:
         logger.warning("task %s ended with %r", task.get_name(), task.exception())
     return True
+
 
 class RedisClientFactory(Protocol):
     """Builds the service's Redis client from settings (tests inject their own)."""

@@ -120,8 +120,6 @@ class LabelForwarder:
         passes = 0
         backoff = self._poll_s
         while True:
-            if _cancel_pending():  # asked to stop while an await swallowed it (3.11 wait_for)
-                raise asyncio.CancelledError
             try:
                 if passes % 60 == 0:
                     await self.claim_abandoned()
@@ -140,12 +138,6 @@ class LabelForwarder:
             await asyncio.sleep(backoff)
 
 
-def _cancel_pending() -> bool:
-    """True when this task was asked to stop and the request has not reached it (3.11)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
 async def forward_to_kafka(settings: Settings, redis: Any) -> None:  # noqa: ANN401
     """Run a LabelForwarder with an idempotent aiokafka producer (acks=all) on the `labels`
     topic until cancelled; a broker that is not reachable yet is retried."""
@@ -162,9 +154,6 @@ async def forward_to_kafka(settings: Settings, redis: Any) -> None:  # noqa: ANN
                                     enable_idempotence=True, request_timeout_ms=30_000)
         try:
             await start_or_close(producer, timeout_s=30.0)
-            if _cancel_pending():  # a cancellation swallowed by wait_for as start completed
-                await producer.stop()
-                raise asyncio.CancelledError
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - retried; the labels wait in the outbox

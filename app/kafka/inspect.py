@@ -31,8 +31,14 @@ async def start_or_close(client: Any, *, timeout_s: float | None = None) -> None
     A client whose start failed still holds a connection pool: closing it here keeps an
     "Unclosed AIOKafka..." warning from following the real error.
     """
+    task = asyncio.current_task()
+    asked = task.cancelling() if task is not None else 0
     try:
         await asyncio.wait_for(client.start(), timeout_s)
+        if task is not None and task.cancelling() > asked:
+            # Python 3.11's wait_for returns the start's result when a cancellation lands as
+            # the start completes (fixed in 3.12): honour it, or the caller runs on for ever
+            raise asyncio.CancelledError
     except BaseException:
         close = getattr(client, "stop", None) or client.close
         await close()

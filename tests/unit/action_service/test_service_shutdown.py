@@ -1,17 +1,15 @@
-"""The action service's shutdown never waits for ever on its label forwarder."""
+"""The action service's shutdown never waits for ever on its label forwarder, and a client
+start honours a cancellation that lands as it completes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import pytest
 
 import app.kafka.inspect
-from app.action_service import label_outbox
 from app.action_service.app import stop_task
-from app.settings import load_settings
 
 
 async def _swallows_one_cancellation(started: asyncio.Event) -> None:
@@ -43,39 +41,35 @@ async def test_a_task_that_stops_is_waited_for_one_that_does_not_is_left_and_log
     assert plain.cancelled()
 
 
-class _Producer:
-    stopped = 0
+class _Client:
+    """A client whose start completes as its task is cancelled (the 3.11 wait_for race)."""
 
-    def __init__(self, **_kwargs: Any) -> None:  # noqa: ANN401
-        pass
+    def __init__(self) -> None:
+        self.closed = 0
+        self.owner: asyncio.Task[None]
+
+    async def start(self) -> None:
+        asyncio.get_running_loop().call_soon(self.owner.cancel)  # lands before start's result
 
     async def stop(self) -> None:
-        _Producer.stopped += 1
+        self.closed += 1
 
 
-async def _start_while_cancelled(client: Any, *, timeout_s: float | None = None) -> None:  # noqa: ANN401
-    """The start completes as the task is cancelled, and wait_for returns its result (3.11)."""
-    task = asyncio.current_task()
-    assert task is not None
-    task.cancel()
-    try:
-        await asyncio.sleep(0)
-    except asyncio.CancelledError:
-        pass  # swallowed, as wait_for does when the awaited call is already done
+async def test_start_or_close_honours_a_cancellation_that_lands_as_the_start_completes() -> None:
+    client = _Client()
 
+    async def starter() -> None:
+        await app.kafka.inspect.start_or_close(client, timeout_s=5.0)
 
-async def test_the_forwarder_honours_a_cancellation_swallowed_by_its_producer_start(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    import aiokafka
-
-    monkeypatch.setattr(aiokafka, "AIOKafkaProducer", _Producer)
-    monkeypatch.setattr(app.kafka.inspect, "start_or_close", _start_while_cancelled)
-    ran: list[bool] = []
-    monkeypatch.setattr(label_outbox.LabelForwarder, "run", lambda self: ran.append(True))
-    _Producer.stopped = 0
-    task = asyncio.create_task(label_outbox.forward_to_kafka(load_settings({}), object()))
+    client.owner = asyncio.create_task(starter())
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 5.0)
-    assert task.cancelled()
-    assert ran == []  # it never went on to forward
-    assert _Producer.stopped == 1
+        await client.owner
+    assert client.closed == 1  # closed, as any start that does not complete
+
+
+async def test_a_start_without_cancellation_is_left_running() -> None:
+    client = _Client()
+    client.owner = asyncio.create_task(asyncio.sleep(3600))  # someone else's task
+    await app.kafka.inspect.start_or_close(client, timeout_s=5.0)
+    assert client.closed == 0
+    client.owner.cancel()
