@@ -22,7 +22,7 @@ from collections.abc import Callable
 import orjson
 
 from app.features.offline import compute_features
-from app.features.state import CardState
+from app.features.state import CardState, CompiledCardState
 from app.transactions.contract import ContractError, Transaction, parse_transaction
 
 DAY = 86_400_000
@@ -42,24 +42,28 @@ def _best(fn: Callable[[], float], repeat: int = 3) -> float:
     return min(fn() for _ in range(repeat))
 
 
-def density_figures(rng: random.Random, timed: int) -> None:
-    """Per-event costs on one card whose 24h window holds ~`density` events (steady state)."""
-    print(f"one card, in-order events, steady state (warm-up 2 windows), {timed} timed events")
+def density_figures(rng: random.Random, timed: int,
+                    cls: type[CardState] = CardState) -> dict[int, tuple[float, float, float]]:
+    """Per-event costs on one card whose 24h window holds ~`density` events (steady state);
+    returns density → (apply, to+from bytes, out-of-order apply) seconds."""
+    print(f"{cls.__module__}.{cls.__name__}: one card, in-order events, steady state "
+          f"(warm-up 2 windows), {timed} timed events")
     print(f"{'events/24h':>10} {'buffered':>8} {'apply µs':>9} {'ratio':>6} {'state B':>9} "
           f"{'B/event':>7} {'to µs':>7} {'from µs':>8} {'to+from':>8} {'ratio':>6} "
           f"{'out-of-order apply µs':>22}")
     base_apply = base_codec = 0.0
+    figures: dict[int, tuple[float, float, float]] = {}
     for density in DENSITIES:
         warm = 2 * density + 10
         txns = _txns(warm + timed, density, rng)
-        warm_state = CardState.empty()
+        warm_state = cls.empty()
         for t in txns[:warm]:
             warm_state.apply(t, allowed_lateness_ms=L)
         snapshot = warm_state.to_bytes()
 
         def run_apply(snapshot: bytes = snapshot, txns: list[Transaction] = txns,
                       warm: int = warm) -> float:
-            state = CardState.from_bytes(snapshot)
+            state = cls.from_bytes(snapshot)
             apply = state.apply
             t0 = time.perf_counter()
             for t in txns[warm:]:
@@ -67,7 +71,7 @@ def density_figures(rng: random.Random, timed: int) -> None:
             return (time.perf_counter() - t0) / timed
 
         apply_s = _best(run_apply)
-        steady = CardState.from_bytes(snapshot)
+        steady = cls.from_bytes(snapshot)
         for t in txns[warm:]:
             steady.apply(t, allowed_lateness_ms=L)
         data = steady.to_bytes()
@@ -82,7 +86,7 @@ def density_figures(rng: random.Random, timed: int) -> None:
         def run_from(data: bytes = data, loops: int = loops) -> float:
             t0 = time.perf_counter()
             for _ in range(loops):
-                CardState.from_bytes(data)
+                cls.from_bytes(data)
             return (time.perf_counter() - t0) / loops
 
         to_s, from_s = _best(run_to), _best(run_from)
@@ -94,7 +98,7 @@ def density_figures(rng: random.Random, timed: int) -> None:
         def run_ooo(data: bytes = data, late_ok: list[Transaction] = late_ok) -> float:
             total = 0.0
             for t in late_ok:
-                state = CardState.from_bytes(data)
+                state = cls.from_bytes(data)
                 t0 = time.perf_counter()
                 state.apply(t, allowed_lateness_ms=L)
                 total += time.perf_counter() - t0
@@ -107,6 +111,8 @@ def density_figures(rng: random.Random, timed: int) -> None:
               f"{len(data):>9,} {len(data) / len(steady):>7.0f} {to_s * 1e6:>7.1f} {from_s * 1e6:>8.1f} "
               f"{codec_s * 1e6:>8.1f} "
               f"{codec_s / base_codec:>6.1f} {ooo_s * 1e6:>22.1f}")
+        figures[density] = (apply_s, codec_s, ooo_s)
+    return figures
 
 
 def synthetic_log(n: int, rng: random.Random) -> list[bytes]:
@@ -239,10 +245,17 @@ def main() -> None:
     if args.vs_duckdb:
         duckdb_figures(args.vs_duckdb, args.repeat)
         return
-    rng = random.Random(args.seed)
-    density_figures(rng, args.timed_events)
+    python = density_figures(random.Random(args.seed), args.timed_events)
+    if CompiledCardState is not None:  # what the stream folds with, against its definition
+        compiled = density_figures(random.Random(args.seed), args.timed_events, CompiledCardState)
+        print("compiled / Python state, same events:")
+        print(f"{'events/24h':>10} {'apply':>7} {'to+from':>8} {'out-of-order':>13}")
+        for density, (apply_s, codec_s, ooo_s) in python.items():
+            c_apply, c_codec, c_ooo = compiled[density]
+            print(f"{density:>10} {c_apply / apply_s:>6.2f}x {c_codec / codec_s:>7.2f}x "
+                  f"{c_ooo / ooo_s:>12.2f}x")
     if args.offline_events:
-        offline_figures(args.offline_events, rng)
+        offline_figures(args.offline_events, random.Random(args.seed))
 
 
 if __name__ == "__main__":
