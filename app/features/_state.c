@@ -25,6 +25,8 @@
 #define MAXF 4
 #define MAXD 8
 #define MAXS 8
+#define MAXM MAXW
+#define MAXP 64
 #define HEADER 17 /* "<BIqI": version, signature, max_ts, events */
 
 typedef struct { int64_t ts, amt; } Pair;
@@ -38,6 +40,8 @@ static struct {
     int dfield[MAXD], dwin[MAXD], swin[MAXS];
     Py_ssize_t compact_min;
     PyObject *accepted, *late, *redelivered, *derive;
+    /* derive's plan (app.features.vector.DERIVE_PLAN): mean slots, ratio -> mean, pick order */
+    int nm, nr, np, mslot[MAXM], rmean[MAXM], pick[MAXP];
     PyObject *fields[MAXF], *s_txn_id, *s_ts_ms, *s_amount_minor;
 } L;
 
@@ -154,7 +158,42 @@ static int count_add(PyObject *dict, PyObject *key, long delta) {
     return rc;
 }
 
+#define EXACT ((int64_t)1 << 53)
+
+/* vector.derive, bit for bit, where every operand is an exact double (|x| <= 2**53): there
+ * Python's int / int is one correctly rounded IEEE division, as here. Anything else (a sum past
+ * 2**53, a zero count or mean: Python raises) goes to the Python derive. NULL with no error set:
+ * take the Python path. */
+static PyObject *derive_fast(const int64_t *prims, int64_t amt) {
+    double means[MAXM], ratios[MAXM];
+    if (amt > EXACT || amt < -EXACT) return NULL;
+    for (int m = 0; m < L.nm; m++) {
+        int64_t count = prims[L.mslot[m]], total = prims[L.mslot[m] + 1];
+        if (count == 0 || count > EXACT || count < -EXACT || total > EXACT || total < -EXACT)
+            return NULL;
+        means[m] = (double)total / (double)count;
+    }
+    for (int r = 0; r < L.nr; r++) {
+        double mean = means[L.rmean[r]];
+        if (mean == 0.0) return NULL;
+        ratios[r] = (double)amt / mean;
+    }
+    PyObject *out = PyTuple_New(L.np);
+    if (!out) return NULL;
+    for (int k = 0; k < L.np; k++) {
+        int at = L.pick[k];
+        PyObject *v = at < L.width ? PyLong_FromLongLong(prims[at])
+                    : at < L.width + L.nm ? PyFloat_FromDouble(means[at - L.width])
+                    : PyFloat_FromDouble(ratios[at - L.width - L.nm]);
+        if (!v) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, k, v);
+    }
+    return out;
+}
+
 static PyObject *features_of(const int64_t *prims, int64_t amt_value, PyObject *amt_obj) {
+    PyObject *fast = derive_fast(prims, amt_value);
+    if (fast || PyErr_Occurred()) return fast;
     PyObject *list = PyList_New(L.width);
     if (!list) return NULL;
     for (int k = 0; k < L.width; k++) {
@@ -168,6 +207,30 @@ static PyObject *features_of(const int64_t *prims, int64_t amt_value, PyObject *
     Py_DECREF(list);
     Py_DECREF(amt);
     return out;
+}
+
+/* _state.derive(primitives, amount): what the state serves for them (the tests hold it to
+ * vector.derive). */
+static PyObject *derive_py(PyObject *mod, PyObject *args) {
+    PyObject *seq, *amt_obj;
+    if (!PyArg_ParseTuple(args, "OO", &seq, &amt_obj)) return NULL;
+    if (!L.ready) { PyErr_SetString(PyExc_RuntimeError, "not configured"); return NULL; }
+    PyObject *t = PySequence_Tuple(seq);
+    if (!t) return NULL;
+    if (PyTuple_GET_SIZE(t) != L.width) {
+        Py_DECREF(t);
+        PyErr_Format(PyExc_ValueError, "%d primitives expected", L.width);
+        return NULL;
+    }
+    int64_t prims[MAXW * 3 + MAXD + MAXS];
+    for (int k = 0; k < L.width; k++) {
+        prims[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, k));
+        if (prims[k] == -1 && PyErr_Occurred()) { Py_DECREF(t); return NULL; }
+    }
+    Py_DECREF(t);
+    int64_t amt = PyLong_AsLongLong(amt_obj);
+    if (amt == -1 && PyErr_Occurred()) return NULL;
+    return features_of(prims, amt, amt_obj);
 }
 
 static PyObject *first_features(State *s, Py_ssize_t pos) {
@@ -678,14 +741,14 @@ static int int_tuple(PyObject *t, int64_t *dst, int max, const char *what) {
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"windows", "distinct_fields", "distinct_windows", "since_windows",
                              "fields", "signature", "version", "compact_min", "accepted", "late",
-                             "redelivered", "derive", NULL};
-    PyObject *windows, *dfields, *dwins, *swins, *fields, *acc, *late, *red, *derive;
+                             "redelivered", "derive", "derive_plan", NULL};
+    PyObject *windows, *dfields, *dwins, *swins, *fields, *acc, *late, *red, *derive, *plan;
     unsigned long long signature;
     int version;
     Py_ssize_t compact_min;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$OOOOOKinOOOO", kwlist, &windows, &dfields, &dwins,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$OOOOOKinOOOOO", kwlist, &windows, &dfields, &dwins,
                                      &swins, &fields, &signature, &version, &compact_min, &acc,
-                                     &late, &red, &derive))
+                                     &late, &red, &derive, &plan))
         return NULL;
     if (L.ready) {
         PyErr_SetString(PyExc_RuntimeError, "app.features._state is configured once");
@@ -719,6 +782,37 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     }
     L.maxw = L.w[nw - 1];
     L.width = 3 * nw + nd + ns;
+    int64_t ms[MAXM], rm[MAXM], pk[MAXP];
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 3) {
+        PyErr_SetString(PyExc_ValueError, "derive_plan: (means, ratios, pick)");
+        return NULL;
+    }
+    int nm = int_tuple(PyTuple_GET_ITEM(plan, 0), ms, MAXM, "derive_plan means");
+    int nr = nm < 0 ? -1 : int_tuple(PyTuple_GET_ITEM(plan, 1), rm, MAXM, "derive_plan ratios");
+    int np = nr < 0 ? -1 : int_tuple(PyTuple_GET_ITEM(plan, 2), pk, MAXP, "derive_plan pick");
+    if (np < 0) return NULL;
+    for (int m = 0; m < nm; m++) {
+        if (ms[m] < 0 || ms[m] + 1 >= L.width) {
+            PyErr_SetString(PyExc_ValueError, "derive_plan: a mean slot outside the layout");
+            return NULL;
+        }
+        L.mslot[m] = (int)ms[m];
+    }
+    for (int r = 0; r < nr; r++) {
+        if (rm[r] < 0 || rm[r] >= nm) {
+            PyErr_SetString(PyExc_ValueError, "derive_plan: a ratio of no mean");
+            return NULL;
+        }
+        L.rmean[r] = (int)rm[r];
+    }
+    for (int k = 0; k < np; k++) {
+        if (pk[k] < 0 || pk[k] >= L.width + nm + nr) {
+            PyErr_SetString(PyExc_ValueError, "derive_plan: a pick outside the extended vector");
+            return NULL;
+        }
+        L.pick[k] = (int)pk[k];
+    }
+    L.nm = nm; L.nr = nr; L.np = np;
     L.signature = (uint32_t)signature;
     L.version = version;
     L.compact_min = compact_min;
@@ -751,6 +845,8 @@ static PyObject *set_compact_min(PyObject *mod, PyObject *arg) {
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "Hand over the layout, the outcome classes and derive (once, from app.features.state)."},
+    {"derive", derive_py, METH_VARARGS,
+     "The feature vector the state serves for (primitives, amount): vector.derive's values."},
     {"set_compact_min", set_compact_min, METH_O,
      "Evicted slots kept before compaction (tests); returns the previous value."},
     {NULL, NULL, 0, NULL},

@@ -44,7 +44,7 @@ from operator import attrgetter
 from typing import Final
 
 from app.features.outcome import Accepted, Late, Outcome, Redelivered
-from app.features.vector import LAYOUT, FeatureVector, derive
+from app.features.vector import DERIVE_PLAN, LAYOUT, FeatureVector, derive
 from app.transactions.contract import Transaction
 
 __all__ = ["FORMAT_VERSION", "Accepted", "CardState", "Late", "Outcome", "Redelivered"]
@@ -375,6 +375,7 @@ if _state is not None:
         late=Late,
         redelivered=Redelivered,
         derive=derive,
+        derive_plan=DERIVE_PLAN,
     )
 
 #: The compiled twin of CardState (app/features/_state.c): same rules, outcomes and bytes, held

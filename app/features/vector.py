@@ -98,6 +98,9 @@ def _plan(features: Sequence[Feature], layout: Layout) -> tuple[tuple[int, ...],
 LAYOUT: Final[Layout] = build_layout(FEATURES)
 _MEANS, _RATIOS, _PICK_ORDER = _plan(FEATURES, LAYOUT)
 _pick = itemgetter(*_PICK_ORDER)  # two or more features: itemgetter returns a tuple
+#: How `derive` builds the vector (mean slots, ratio → mean, pick order): the compiled card
+#: state (app/features/_state.c) follows the same plan where its operands are exact doubles.
+DERIVE_PLAN: Final = (_MEANS, _RATIOS, _PICK_ORDER)
 
 
 def derive(primitives: Sequence[int], amount: int) -> FeatureVector:

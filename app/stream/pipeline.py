@@ -9,12 +9,11 @@ from typing import Protocol
 
 import msgspec
 
-from app.features.declaration import FEATURE_NAMES
 from app.features.state import Accepted, CardState, Late, Redelivered, StreamCardState
 from app.kafka import topics
 from app.kafka.records import OutRecord, SourceMessage, rejected_record
 from app.stream import cardrecord, metrics
-from app.stream.served import ServedRow
+from app.stream.served import encode_served
 from app.transactions.contract import ContractError, Transaction, parse_transaction
 
 log = logging.getLogger(__name__)
@@ -196,15 +195,10 @@ class TransactionPipeline:
         return _Card(StreamCardState.from_bytes(rec.state), rec.partition, rec.offset)
 
 
-def served_row(item: Scored, *, score: float | None, model_version: str | None) -> ServedRow:
-    """The features.served record: what was served for one transaction, and where it came from."""
-    return ServedRow(item.txn.txn_id, item.txn.card_id, item.txn.ts_ms, item.source.partition,
-                     item.source.offset, dict(zip(FEATURE_NAMES, item.features, strict=True)),
-                     score, model_version, item.redelivered)
-
-
 def served_record(item: Scored, *, score: float | None, model_version: str | None) -> OutRecord:
-    """`served_row` as a message for features.served, keyed by card_id."""
-    row = served_row(item, score=score, model_version=model_version)
-    return OutRecord(topics.FEATURES_SERVED, item.txn.card_id.encode(), row.to_json(),
-                     source_partition=item.source.partition)
+    """The features.served record (app.stream.served.ServedRow) for one scored transaction, keyed
+    by card_id: what was served, and where it came from."""
+    txn, source = item.txn, item.source
+    value = encode_served(txn.txn_id, txn.card_id, txn.ts_ms, source.partition, source.offset,
+                          item.features, score, model_version, item.redelivered)
+    return OutRecord(topics.FEATURES_SERVED, txn.card_id.encode(), value, (), source.partition)

@@ -81,9 +81,9 @@ class ScoringStage:
         explanations = self._explain(scored, matrix, scores)
         lists, thresholds = self.lists, self.thresholds
         out: list[OutRecord] = []
-        for i, (item, raw) in enumerate(zip(scored, scores, strict=True)):
-            score = float(raw)
-            out.append(served_record(item, score=score, model_version=model.version))
+        version = model.version
+        for i, (item, score) in enumerate(zip(scored, scores.tolist(), strict=True)):
+            out.append(served_record(item, score=score, model_version=version))
             entry = lists.match(item.txn.card_id, item.txn.merchant_id) if lists.entries else None
             if entry is None and not decide(score, thresholds):
                 continue  # most rows: nothing decided, no list entry, no actions to build

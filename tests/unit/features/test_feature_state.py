@@ -16,11 +16,13 @@ import pytest
 from feature_logs import BASE, L, card_logs, txn
 from feature_oracle import Oracle, assert_same
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.features import state as state_module
 from app.features.declaration import MAX_WINDOW_MS
 from app.features.outcome import Accepted, Late, Redelivered
 from app.features.state import FORMAT_VERSION, CardState, CompiledCardState
+from app.features.vector import LAYOUT, derive
 
 STATES = [pytest.param(CardState, id="python"),
           pytest.param(CompiledCardState, id="compiled", marks=pytest.mark.skipif(
@@ -211,3 +213,30 @@ def test_the_compiled_state_is_never_tracked_by_the_collector() -> None:
     state.apply(txn(1, BASE), allowed_lateness_ms=L)
     assert not gc.is_tracked(state)
     assert gc.is_tracked(CardState.empty())  # what the Python state costs the collector
+
+
+_EXACT = 2**53
+_prim = st.one_of(st.integers(-1000, 10**6), st.integers(-(2**63), 2**63 - 1),
+                  st.sampled_from([0, 1, _EXACT - 1, _EXACT, _EXACT + 1, -_EXACT - 1]))
+
+
+@needs_compiled
+@settings(max_examples=3000, deadline=None)
+@given(prims=st.lists(_prim, min_size=LAYOUT.width, max_size=LAYOUT.width),
+       amount=st.one_of(st.integers(0, 10**7), _prim))
+def test_the_compiled_derivation_is_vector_derive_bit_for_bit(prims: list[int],
+                                                              amount: int) -> None:
+    """Same values, same types, same floats to the bit; where Python raises (a zero count or
+    mean) the compiled one raises the same."""
+    from app.features import _state
+
+    try:
+        expected: object = derive(prims, amount)
+    except ZeroDivisionError:
+        with pytest.raises(ZeroDivisionError):
+            _state.derive(prims, amount)
+        return
+    got = _state.derive(prims, amount)
+    assert [type(v) for v in got] == [type(v) for v in expected]  # type: ignore[attr-defined]
+    assert [struct.pack("<d", v) if isinstance(v, float) else v for v in got] == [
+        struct.pack("<d", v) if isinstance(v, float) else v for v in expected]  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import TopicPartition
+from aiokafka.structs import ConsumerRecord, TopicPartition
 from faust.types import TP
 from stream_support import A, B, message, real_consumer
 
@@ -25,6 +25,7 @@ from app.stream.consumer import (
     Transport,
     broker_url,
     check_faust_version,
+    chunk_messages,
     fetch_only,
     skipped_offsets,
 )
@@ -117,6 +118,32 @@ async def test_rewind_seeks_on_the_consumer_thread_and_filters_until_the_target(
     assert consumer._stale(A, 45)  # fetched before the seek
     assert not consumer._stale(A, 41)  # the target itself arrives: the filter is done
     assert A not in consumer.seek_targets
+
+
+def test_chunk_messages_are_what_faust_makes_of_each_record() -> None:
+    consumer, _ = real_consumer({A: 10})
+    consumer.app.consumer_generation_id = 7
+    records = [ConsumerRecord(A.topic, A.partition, 10 + i, ts, 1, b"k%d" % i, b"v", None, 2, 1,
+                              [("h", b"x")]) for i, ts in enumerate([1_790_000_000_123, None])]
+    made = chunk_messages(A, records, 7)
+    slots = [s for s in type(made[0]).__slots__ if s != "__weakref__"]
+    for ours, faust_made in zip(made, [consumer._to_message(A, r) for r in records], strict=True):
+        assert {s: getattr(ours, s, None) for s in slots} == {
+            s: getattr(faust_made, s, None) for s in slots}
+    assert made[0].timestamp == 1_790_000_000.123 and made[1].timestamp is None
+
+
+async def test_only_a_pending_seek_or_a_re_read_makes_a_fetch_possibly_stale() -> None:
+    consumer, _ = real_consumer({A: 10})
+    assert not consumer._may_be_stale(A, 10)  # nothing read yet
+    consumer._read_offset[A] = 40
+    assert consumer._may_be_stale(A, 39) and not consumer._may_be_stale(A, 40)
+    for first in (39, 40):  # the fast path is taken only where no record is stale
+        assert consumer._may_be_stale(A, first) or not any(
+            consumer._stale(A, offset) for offset in range(first, first + 5))
+    assert await consumer.rewind(A, 41, "gap") is True
+    assert consumer._may_be_stale(A, 45)  # a seek pending: every record is checked
+    assert consumer._stale(A, 45)
 
 
 async def test_rewind_of_a_revoked_partition_does_nothing() -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.features.declaration import FEATURE_NAMES
 from app.kafka import topics
 from app.kafka.records import H_REASON_CODE, H_SOURCE_OFFSET, SourceMessage, header_map
 from app.stream import cardrecord, metrics
-from app.stream.pipeline import BatchOutcome, TransactionPipeline, served_row
-from app.stream.served import decode_served
+from app.stream.pipeline import BatchOutcome, TransactionPipeline, served_record
+from app.stream.served import ServedRow, decode_served, encode_served
 
 NOW = 1_767_225_600_000 + 86_400_000 * 30
 T0 = 1_767_225_600_000
@@ -98,15 +100,44 @@ def test_redelivery_rescored_with_first_features_after_restart(store: DictStore)
 
 def test_served_row_names_every_feature(store: DictStore) -> None:
     out = pipeline(store).run(msgs([txn(1, amount=250)]))
-    row = served_row(out.scored[0], score=0.5, model_version="v1")
+    rec = served_record(out.scored[0], score=0.5, model_version="v1")
+    assert (rec.topic, rec.key, rec.source_partition) == (topics.FEATURES_SERVED, b"c1", 3)
+    # the record on the wire is what audit-skew reads back
+    row = decode_served(rec.value)
     assert list(row.features) == list(FEATURE_NAMES)
     assert row.features["count_24h"] == 1 and row.features["sum_24h"] == 250
     assert row.partition == 3 and row.offset == 0 and row.redelivered is False
-    # the record on the wire is the same record read back (what audit-skew reads)
-    assert decode_served(row.to_json()) == row
-    assert orjson.loads(row.to_json()) == row.to_dict()
+    assert (row.score, row.model_version) == (0.5, "v1")
+    assert row.to_json() == rec.value
+    assert orjson.loads(rec.value) == row.to_dict()
     with pytest.raises(ValueError):
         decode_served(orjson.dumps({**row.to_dict(), "extra": 1}))
+
+
+_value = st.one_of(st.integers(-(2**63), 2**63 - 1),
+                   st.floats(allow_nan=False, allow_infinity=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(txn_id=st.text(max_size=12), card_id=st.text(max_size=12),
+       ts_ms=st.integers(0, 2**62), offset=st.integers(0, 2**62),
+       features=st.lists(_value, min_size=len(FEATURE_NAMES), max_size=len(FEATURE_NAMES)),
+       score=st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False)),
+       version=st.one_of(st.none(), st.text(max_size=8)), redelivered=st.booleans())
+def test_the_served_encoder_writes_what_served_row_writes(
+        txn_id: str, card_id: str, ts_ms: int, offset: int, features: list[int | float],
+        score: float | None, version: str | None, redelivered: bool) -> None:
+    row = ServedRow(txn_id, card_id, ts_ms, 5, offset, dict(zip(FEATURE_NAMES, features,
+                                                                 strict=True)),
+                    score, version, redelivered)
+    assert encode_served(txn_id, card_id, ts_ms, 5, offset, features, score, version,
+                         redelivered) == row.to_json()
+
+
+def test_the_served_encoder_refuses_a_vector_of_another_width() -> None:
+    for width in (len(FEATURE_NAMES) - 1, len(FEATURE_NAMES) + 1):
+        with pytest.raises(TypeError):
+            encode_served("t", "c", 0, 0, 0, [0] * width, None, None, False)
 
 
 def test_nothing_is_saved_until_persist(store: DictStore) -> None:
