@@ -152,7 +152,15 @@ async def test_redis_sigkill_under_load_loses_and_repeats_nothing(tmp_path: Path
         # a key applied by a batch whose answer was lost is answered 200 on its retry
         assert statuses[201] + lost_answers == ACTIONS
     finally:
-        service.terminate()
-        service.wait(timeout=20)
-        await redis.aclose()
-        node.stop()
+        try:
+            service.terminate()
+            try:
+                service.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                service.kill()  # never left running: the failure is raised below
+                service.wait(timeout=20)
+                raise AssertionError("the action service did not stop within 20 s of SIGTERM"
+                                     ) from None
+        finally:
+            await redis.aclose()
+            node.stop()
