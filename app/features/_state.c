@@ -126,6 +126,25 @@ static void compact(State *s) {
     for (int i = 0; i < L.nw; i++) s->start[i] -= h;
     s->n = live;
     s->head = 0;
+    if (s->cap <= 16 || live * 4 > s->cap) return;
+    /* a card past its busy spell: smaller blocks (a realloc that fails keeps a larger, still
+     * valid one, so every array holds at least the new capacity either way) */
+    Py_ssize_t cap = 4;
+    while (cap < 2 * live) cap *= 2;
+    void *p;
+    if ((p = PyMem_Realloc(s->ts, cap * sizeof(int64_t)))) s->ts = p;
+    if ((p = PyMem_Realloc(s->amt, cap * sizeof(int64_t)))) s->amt = p;
+    if ((p = PyMem_Realloc(s->prims, cap * L.width * sizeof(int64_t)))) s->prims = p;
+    if ((p = PyMem_Realloc(s->txn, cap * sizeof(PyObject *)))) s->txn = p;
+    if ((p = PyMem_Realloc(s->vals, cap * L.nf * sizeof(PyObject *)))) s->vals = p;
+    if ((p = PyMem_Realloc(s->hash, cap * sizeof(Py_hash_t)))) s->hash = p;
+    s->cap = cap;
+    /* a dict never shrinks on deletes: copies sized for the values still counted */
+    for (int j = 0; j < L.nd; j++) {
+        PyObject *d = PyDict_Copy(s->counts[j]);
+        if (d) Py_SETREF(s->counts[j], d);
+        else PyErr_Clear();  /* no memory for a smaller one: keep the larger */
+    }
 }
 
 static void evict(State *s, int64_t cutoff) {
