@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/live_load.py                    # raw loop, rate steps, overload
     .venv/bin/python benchmarks/live_load.py --steps 0.1,0.2 --seconds 10 --no-overload --no-docs
+    .venv/bin/python benchmarks/live_load.py --overload-at 10592 --cards 27400  # overload only
 
 First the backlog: the raw aiokafka consume→produce loop and the worker alternate on the same
 pre-filled log (benchmarks/pipeline_bench.py's `raw_loop` and `measure_worker`), `--raw-runs`
@@ -409,9 +410,21 @@ def _running(timeline: Timeline) -> list[int]:
                    "(a load above the worker's capacity).")
 @click.option("--docs/--no-docs", default=False, show_default=True,
               help="Append the run to docs/benchmarks/live_load.md.")
+@click.option("--overload-at", type=float, default=None,
+              help="Only the overload run, as if this were the SLO rate (ev/s): no raw loop, "
+                   "no steps (to re-check memory and recovery at a rate measured before).")
+@click.option("--cards", type=int, default=None,
+              help="Distinct cards in the generated log (default: one per 40 transactions).")
 def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: bool,
-         overload: bool, overload_share: float | None, docs: bool) -> None:
+         overload: bool, overload_share: float | None, docs: bool, overload_at: float | None,
+         cards: int | None) -> None:
     base, broker_pid = bench_stack()
+    if overload_at is not None:
+        need = int(overload_at * (OVERLOAD * OVERLOAD_S + RECOVER_LOAD * RECOVER_S)) + 1
+        lines = lines_of(make_log(cards=cards or max(10_000, need // 40), txns=need, seed=5))
+        with tempfile.TemporaryDirectory() as tmp:
+            run_overload(base, lines, overload_at, Path(tmp))
+        return
     shares = [float(s) for s in steps.split(",")]
     crowd = asyncio.run(broker_topics(base))
     print(f"broker: {crowd} topics at the start", flush=True)
@@ -439,7 +452,7 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
         if overload:
             high = max(max(shares) * OVERLOAD, overload_share or 0.0)
             need = max(need, int(raw * high * OVERLOAD_S + raw * max(shares) * RECOVER_S))
-        lines = lines_of(make_log(cards=max(10_000, need // 40), txns=need, seed=5))
+        lines = lines_of(make_log(cards=cards or max(10_000, need // 40), txns=need, seed=5))
         results: list[Step] = []
         print(f"{'offered':>9s} {'share':>6s} {'p50':>7s} {'p99':>8s} {'cold p99':>9s} "
               f"{'cold max':>9s} {'in budget':>9s} {'µs/ev':>6s} {'batch':>6s} {'gc>25ms':>7s} "
