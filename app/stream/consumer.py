@@ -753,7 +753,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
         stale = self._stale
-        to_message = self._to_message
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
@@ -769,9 +768,8 @@ class FraudConsumer(faust_aiokafka.Consumer):
                     by_topic: dict[str, dict[TP, list[Message]]] = {}
                     for tp, recs in chunked.items():
                         if self._may_be_stale(tp, recs[0].offset):
-                            msgs = [to_message(tp, r) for r in recs if not stale(tp, r.offset)]
-                        else:
-                            msgs = chunk_messages(tp, recs, generation)
+                            recs = [r for r in recs if not stale(tp, r.offset)]
+                        msgs = chunk_messages(tp, recs, generation)
                         if msgs:
                             by_topic.setdefault(tp.topic, {})[tp] = msgs
                     for chunk in by_topic.values():

@@ -87,7 +87,7 @@ class ScoringStage:
             entry = lists.match(item.txn.card_id, item.txn.merchant_id) if lists.entries else None
             if entry is None and not decide(score, thresholds):
                 continue  # most rows: nothing decided, no list entry, no actions to build
-            actions = build_actions(item.txn, score, model.version, decided_at,
+            actions = build_actions(item.txn, score, version, decided_at,
                                     thresholds=thresholds, explanation=explanations.get(i),
                                     entry=entry)
             if not actions:
