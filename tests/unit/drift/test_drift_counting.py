@@ -114,3 +114,18 @@ def test_monitor_reports_nan_below_the_minimum_events() -> None:
     monitor = DriftMonitor(ref, "v", min_events=50)
     monitor.observe(matrix[:10], scores[:10], np.full(10, 1_000, dtype=np.int64))
     assert all(math.isnan(v) for v in monitor.state("1h").psi.values())
+
+
+def test_monitor_bins_every_value_as_the_reference_bins_do() -> None:
+    ref, matrix, scores = _reference()
+    # values exactly on the edges too (a value equal to an edge belongs to the bin above it)
+    on_edges = np.array([[bins.edges[i % len(bins.edges)] for _, bins in ref.series[:-1]]
+                         for i in range(40)], dtype=np.float32)
+    matrix = np.concatenate([matrix, on_edges])
+    scores = np.concatenate([scores, np.full(40, ref.series[-1][1].edges[0], np.float32)])
+    monitor = DriftMonitor(ref, "v", windows=(WindowSpec("all", 1_000, 10),))
+    monitor.observe(matrix, scores, np.zeros(len(scores), dtype=np.int64))
+    counts = monitor.state("all").counts
+    for j, (name, bins) in enumerate(ref.series):
+        column = matrix[:, j] if j < matrix.shape[1] else scores
+        assert counts[name] == np.bincount(bins.index(column), minlength=bins.size).tolist()
