@@ -168,23 +168,42 @@ class TableCards:
 
     async def write(self, cards: Mapping[bytes, tuple[int, bytes]]) -> list[asyncio.Future[Any]]:
         """Send each card's record to the changelog, wait for the broker, then store them with
-        the offsets now durable. Returns no futures: it is durable when it returns."""
+        the offsets now durable. Returns no futures: it is durable when it returns.
+
+        at_least_once stores one sent record batch (≤ 256 KiB) at a time, each with its own
+        partition's offset (the batches of a partition are stored in log order, so the store
+        never holds an offset ahead of its records), and lets the event loop run between them:
+        a snapshot of 10k cards was one 60-100 ms store write that held every served row back."""
         topic = self.table.changelog_topic.get_topic_name()
         grouped: dict[tuple[str, int], list[Entry]] = {}
         for key, (partition, record) in cards.items():
             grouped.setdefault((topic, partition), []).append((key, record, ()))
-        offsets: dict[int, int] = {}
-        for future, count in await self.sink.send_counted(grouped):
-            meta = await future
-            last = meta.offset + count - 1  # a record batch's offset is its first record's
-            offsets[meta.partition] = max(last, offsets.get(meta.partition, -1))
+        sent = await self.sink.send_counted(grouped)
         after_commit = getattr(self.sink, "after_commit", None)
         if after_commit is not None:
+            offsets: dict[int, int] = {}
+            for future, count in sent:
+                meta = await future
+                last = meta.offset + count - 1  # a record batch's offset is its first record's
+                offsets[meta.partition] = max(last, offsets.get(meta.partition, -1))
             # exactly_once: the store takes only what the transaction committed, or a crash
             # before the commit would leave it holding states the changelog never got
             after_commit(lambda: self._store(cards, offsets))
-        else:
-            self._store(cards, offsets)
+            return []
+        batches = iter(sent)  # send_counted's batches: each partition's entries, in order
+        first = True
+        for (_, partition), entries in grouped.items():
+            start = 0
+            while start < len(entries):
+                future, count = next(batches)
+                meta = await future
+                if not first:
+                    await asyncio.sleep(0)  # a batch waiting to be scored goes first
+                first = False
+                self._store({key: (partition, record)
+                             for key, record, _ in entries[start:start + count]},
+                            {partition: meta.offset + count - 1})
+                start += count
         return []
 
     def _store(self, cards: Mapping[bytes, tuple[int, bytes]], offsets: dict[int, int]) -> None:

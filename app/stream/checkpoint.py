@@ -145,6 +145,10 @@ class Checkpoint:
         self._idle.clear()
         self._wake.set()
 
+    def stage(self, cards: CardWrites) -> None:
+        """Part of a snapshot not yet sealed: readable by the engine until it is stored."""
+        self._cards.stage(cards)
+
     def seal(self, cards: CardWrites) -> None:
         """Give the newest batch, if it has none, the snapshot of the cards changed so far, so
         that every submitted batch can complete. Call it only between batches."""

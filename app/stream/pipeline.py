@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -175,10 +176,22 @@ class TransactionPipeline:
         for card_id in victims:
             del cards[card_id]
 
-    def snapshot(self) -> dict[str, tuple[int, bytes]]:
+    @property
+    def changed_cards(self) -> int:
+        """Cards changed since the last snapshot (not yet in one)."""
+        return len(self._changed)
+
+    def snapshot(self, limit: int | None = None) -> dict[str, tuple[int, bytes]]:
         """The record of every card changed since the last snapshot: card_id → (source
-        partition, record). Take it only between batches: it covers everything folded so far."""
-        changed, self._changed = self._changed, {}
+        partition, record). Take it only between batches: it covers everything folded so far.
+        `limit`: at most that many (the first changed); the others stay for the next call."""
+        if limit is None or limit >= len(self._changed):
+            changed, self._changed = self._changed, {}
+        else:
+            pending = self._changed
+            changed = {card_id: pending[card_id] for card_id in itertools.islice(pending, limit)}
+            for card_id in changed:
+                del pending[card_id]
         return {card_id: (c.partition, cardrecord.pack(c.partition, c.offset, c.state.to_bytes()))
                 for card_id, c in changed.items()}
 

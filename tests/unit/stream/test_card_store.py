@@ -133,6 +133,55 @@ async def test_a_staged_snapshot_is_read_until_it_is_stored(table_factory: Table
     assert cards.load("c1") == new and not cards._staged
 
 
+class BatchingSink(Sink):
+    """The changelog, with a record batch of at most two records (send_grouped's split)."""
+
+    async def send_counted(self, grouped: Any) -> list[tuple[asyncio.Future[Any], int]]:
+        out = []
+        for key, entries in grouped.items():
+            for i in range(0, len(entries), 2):
+                out.extend(await super().send_counted({key: entries[i:i + 2]}))
+        return out
+
+
+async def test_a_snapshot_is_stored_a_record_batch_at_a_time_in_log_order(
+        table_factory: TableFactory) -> None:
+    """Each stored part carries its partition's offset up to its own last record (never ahead
+    of what the store holds), and the event loop runs between the parts."""
+    table = table_factory("sliced-test")
+    cards = TableCards(table, BatchingSink())  # type: ignore[arg-type]
+    stored: list[Any] = []
+    store = table.store_cards
+
+    def store_cards(records: Any, offsets: Any) -> None:
+        stored.append(([key for key, _ in records], dict(offsets)))
+        store(records, offsets)
+
+    table.store_cards = store_cards  # type: ignore[method-assign]
+    snapshot = {f"c{i}".encode(): (i % 2, cardrecord.pack(i % 2, i, b"s")) for i in range(7)}
+    ticks = 0
+
+    async def other_work() -> None:  # a batch to score, say
+        nonlocal ticks
+        while True:
+            stored.append(("tick", ticks))
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(other_work())
+    try:
+        await cards.write(snapshot)
+    finally:
+        task.cancel()
+    parts = [entry for entry in stored if entry[0] != "tick"]
+    assert parts == [([b"c0", b"c2"], {0: 1}), ([b"c4", b"c6"], {0: 3}),
+                     ([b"c1", b"c3"], {1: 1}), ([b"c5"], {1: 2})]
+    # between any two parts the loop ran other work
+    kinds = [entry[0] == "tick" for entry in stored]
+    assert all(kinds[i] or kinds[i + 1] for i in range(kinds.index(False), len(kinds) - 1))
+    assert all(cards.load(f"c{i}") == snapshot[f"c{i}".encode()][1] for i in range(7))
+
+
 class TransactionalSink(Sink):
     """exactly_once's sink: what is sent is committed later (`after_commit`)."""
 

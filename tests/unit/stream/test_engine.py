@@ -10,6 +10,7 @@ import orjson
 from faust.types import TP
 from stream_support import message, real_consumer
 
+from app.stream import cardrecord
 from app.stream.checkpoint import Checkpoint
 from app.stream.consumer import Chunk
 from app.stream.engine import ScoreEngine
@@ -161,3 +162,39 @@ async def test_past_max_held_served_messages_no_input_is_taken_until_they_are_du
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_large_snapshot_is_taken_in_slices_with_batches_in_between(
+        monkeypatch: Any) -> None:
+    """A snapshot of more cards than a slice is serialized over several steps between batches;
+    a card a batch changes again meanwhile goes in as that batch left it, and the snapshot
+    covers every batch submitted before it is sealed (nothing acked before)."""
+    monkeypatch.setattr("app.stream.engine.SNAPSHOT_SLICE", 2)
+    consumer, broker, engine = setup(state_interval_s=10.0, idle_state_interval_s=10.0)
+    written: list[dict[bytes, Any]] = []
+
+    async def write(cards: Any) -> list[asyncio.Future[None]]:
+        written.append(dict(cards))
+        return [_done()]
+
+    broker.write = write
+    runner = asyncio.ensure_future(engine.checkpoint.run())
+    try:
+        first = [message(TX, i, value=txn(i, f"c{i}")) for i in range(5)]
+        consumer._unacked_messages.update(first)
+        await engine.process(Chunk(1, first))
+        assert not engine._snapshot_step(2)  # c0, c1 serialized; c2..c4 left
+        assert set(engine._partial) == {b"c0", b"c1"} and engine.pipeline.changed_cards == 3
+        again = message(TX, 5, value=txn(5, "c0"))  # c0 changed again, after its slice
+        consumer._unacked_messages.add(again)
+        await engine.process(Chunk(1, [again]))  # a step per batch while one is under way
+        assert set(engine._partial) == {b"c0", b"c1", b"c2", b"c3"} and not written
+        engine._seal()
+        await engine.checkpoint.drain()
+        [cards] = written
+        assert set(cards) == {b"c0", b"c1", b"c2", b"c3", b"c4"}
+        assert cardrecord.unpack(cards[b"c0"][1]).offset == 5  # as the second batch left it
+        assert consumer._acked[TX] == [0, 1, 2, 3, 4, 5] and not engine._snapshotting
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
