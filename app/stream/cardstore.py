@@ -200,15 +200,18 @@ class TableCards:
                 if not first:
                     await asyncio.sleep(0)  # a batch waiting to be scored goes first
                 first = False
-                self._store({key: (partition, record)
-                             for key, record, _ in entries[start:start + count]},
-                            {partition: meta.offset + count - 1})
+                self._store_records([(key, record) for key, record, _ in
+                                     entries[start:start + count]],
+                                    {partition: meta.offset + count - 1})
                 start += count
         return []
 
     def _store(self, cards: Mapping[bytes, tuple[int, bytes]], offsets: dict[int, int]) -> None:
-        self.table.store_cards([(key, record) for key, (_, record) in cards.items()], offsets)
+        self._store_records([(key, record) for key, (_, record) in cards.items()], offsets)
+
+    def _store_records(self, records: list[tuple[bytes, bytes]], offsets: dict[int, int]) -> None:
+        self.table.store_cards(records, offsets)
         staged = self._staged
-        for key, (_, record) in cards.items():
+        for key, record in records:
             if staged.get(key) is record:  # a later snapshot's record stays staged
                 del staged[key]

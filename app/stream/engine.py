@@ -112,14 +112,16 @@ class ScoreEngine:
         again by a batch in between is serialized again, later: the snapshot holds each card
         as the newest batch left it, so it covers every batch submitted before it is sealed."""
         part = self._card_writes(self.pipeline.snapshot(limit))
-        if part:
+        if not self._snapshotting and not self.pipeline.changed_cards:
+            self.checkpoint.seal(part)  # the whole snapshot in one step
+        else:
             self.checkpoint.stage(part)  # the card cache may let these go before the seal
             self._partial.update(part)
-        if self.pipeline.changed_cards:
-            self._snapshotting = True
-            return False
-        cards, self._partial, self._snapshotting = self._partial, {}, False
-        self.checkpoint.seal(cards)
+            if self.pipeline.changed_cards:
+                self._snapshotting = True
+                return False
+            cards, self._partial, self._snapshotting = self._partial, {}, False
+            self.checkpoint.seal(cards, staged=True)
         self._snapshot_at = self._clock()
         return True
 
