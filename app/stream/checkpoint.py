@@ -149,13 +149,11 @@ class Checkpoint:
         """Part of a snapshot not yet sealed: readable by the engine until it is stored."""
         self._cards.stage(cards)
 
-    def seal(self, cards: CardWrites, *, staged: bool = False) -> None:
+    def seal(self, cards: CardWrites) -> None:
         """Give the newest batch, if it has none, the snapshot of the cards changed so far, so
-        that every submitted batch can complete. Call it only between batches. `staged`: the
-        cards went through `stage` already."""
+        that every submitted batch can complete. Call it only between batches."""
         if self._steps and self._steps[-1].cards is None:
-            if not staged:
-                self._cards.stage(cards)
+            self._cards.stage(cards)
             self._steps[-1].cards = cards
             self._sealed += 1
             self._cut(self._steps[-1])

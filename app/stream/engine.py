@@ -106,24 +106,23 @@ class ScoreEngine:
         if self._snapshotting or not self.checkpoint.sealed:
             self._snapshot_step(None)
 
-    def _snapshot_step(self, limit: int | None) -> bool:
+    def _snapshot_step(self, limit: int | None) -> None:
         """Between batches: serialize up to `limit` (None: all) more of the cards changed so
-        far; once none is left, the snapshot goes with the newest batch (True). A card changed
-        again by a batch in between is serialized again, later: the snapshot holds each card
-        as the newest batch left it, so it covers every batch submitted before it is sealed."""
+        far; once none is left, the snapshot goes with the newest batch. A card changed again
+        by a batch in between is serialized again, later: the snapshot holds each card as the
+        newest batch left it, so it covers every batch submitted before it is sealed."""
         part = self._card_writes(self.pipeline.snapshot(limit))
-        if not self._snapshotting and not self.pipeline.changed_cards:
-            self.checkpoint.seal(part)  # the whole snapshot in one step
-        else:
-            self.checkpoint.stage(part)  # the card cache may let these go before the seal
+        if self.pipeline.changed_cards:  # more to come; the card cache may let these go meanwhile
+            self.checkpoint.stage(part)
             self._partial.update(part)
-            if self.pipeline.changed_cards:
-                self._snapshotting = True
-                return False
-            cards, self._partial, self._snapshotting = self._partial, {}, False
-            self.checkpoint.seal(cards, staged=True)
+            self._snapshotting = True
+            return
+        if self._partial:
+            self._partial.update(part)
+            part, self._partial = self._partial, {}
+        self._snapshotting = False
+        self.checkpoint.seal(part)
         self._snapshot_at = self._clock()
-        return True
 
     async def run(self) -> None:
         """Process chunks until cancelled; in-flight batches are finished before it returns."""
@@ -161,7 +160,8 @@ class ScoreEngine:
 
     async def _next(self) -> Chunk:
         """The next batch. While submitted batches wait for a snapshot, an input that stays idle
-        until the snapshot is due gets it then (they complete without a later batch)."""
+        until the snapshot is due gets it then, slice by slice while nothing is fetched (they complete
+        without a later batch)."""
         queue = self.app.consumer.chunk_queue(self.topic)
         while self._pending is None and queue.empty():
             if self._snapshotting:
