@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -861,6 +862,63 @@ static PyObject *set_compact_min(PyObject *mod, PyObject *arg) {
     return PyLong_FromSsize_t(old);
 }
 
+/* fill_matrix(vectors, out): the model input from feature vectors (app.scoring.scorer's
+ * features_matrix): N rows of F numbers (tuples or lists; ints, bools and floats) into `out`, a
+ * writable C-contiguous float32 buffer of exactly N * F items. Each value goes through double
+ * (exact for every integer below 2**53, correctly rounded above, as float() does) and is then
+ * rounded once to float, as numpy's float64 -> float32 cast. Returns the index of the first row
+ * holding a non-finite value, -1 when there is none; ValueError when a row's width or the
+ * buffer's size is not F, TypeError for a value that is not a number. */
+static PyObject *fill_matrix(PyObject *mod, PyObject *args) {
+    PyObject *vectors;
+    Py_buffer out;
+    if (!PyArg_ParseTuple(args, "Ow*", &vectors, &out)) return NULL;
+    PyObject *seq = PySequence_Fast(vectors, "fill_matrix: vectors must be a sequence");
+    if (!seq) { PyBuffer_Release(&out); return NULL; }
+    Py_ssize_t rows = PySequence_Fast_GET_SIZE(seq), bad = -1, width = 0;
+    if (rows > 0) width = (out.len / (Py_ssize_t)sizeof(float)) / rows;
+    if (rows > 0 && (width == 0 || width * rows * (Py_ssize_t)sizeof(float) != out.len)) {
+        PyErr_Format(PyExc_ValueError, "fill_matrix: %zd bytes do not hold %zd rows of floats",
+                     out.len, rows);
+        goto fail;
+    }
+    float *dst = (float *)out.buf;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        PyObject *row = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject **items;
+        Py_ssize_t n;
+        if (PyTuple_Check(row)) { items = &PyTuple_GET_ITEM(row, 0); n = PyTuple_GET_SIZE(row); }
+        else if (PyList_Check(row)) { items = &PyList_GET_ITEM(row, 0); n = PyList_GET_SIZE(row); }
+        else { PyErr_Format(PyExc_TypeError, "feature vector %zd is not a tuple or list", i); goto fail; }
+        if (n != width) {
+            PyErr_Format(PyExc_ValueError, "feature vector %zd has %zd values, expected %zd", i, n, width);
+            goto fail;
+        }
+        for (Py_ssize_t j = 0; j < n; j++) {
+            PyObject *v = items[j];
+            double d;
+            if (PyFloat_CheckExact(v)) d = PyFloat_AS_DOUBLE(v);
+            else if (PyLong_Check(v) || PyFloat_Check(v)) {
+                d = PyLong_Check(v) ? PyLong_AsDouble(v) : PyFloat_AsDouble(v);
+                if (d == -1.0 && PyErr_Occurred()) goto fail;
+            } else {
+                PyErr_Format(PyExc_TypeError, "feature vector %zd holds a %.100s, not a number",
+                             i, Py_TYPE(v)->tp_name);
+                goto fail;
+            }
+            if (bad < 0 && !isfinite(d)) bad = i;
+            *dst++ = (float)d;
+        }
+    }
+    Py_DECREF(seq);
+    PyBuffer_Release(&out);
+    return PyLong_FromSsize_t(bad);
+fail:
+    Py_DECREF(seq);
+    PyBuffer_Release(&out);
+    return NULL;
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "Hand over the layout, the outcome classes and derive (once, from app.features.state)."},
@@ -868,6 +926,9 @@ static PyMethodDef module_methods[] = {
      "The feature vector the state serves for (primitives, amount): vector.derive's values."},
     {"set_compact_min", set_compact_min, METH_O,
      "Evicted slots kept before compaction (tests); returns the previous value."},
+    {"fill_matrix", fill_matrix, METH_VARARGS,
+     "Feature vectors into a float32 buffer, rounded once through double; the first "
+     "non-finite row, or -1."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,9 +39,10 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections import Counter, deque
+from collections.abc import Callable
 from functools import lru_cache
 from operator import attrgetter
-from typing import Final
+from typing import Any, Final
 
 from app.features.outcome import Accepted, Late, Outcome, Redelivered
 from app.features.vector import DERIVE_PLAN, LAYOUT, FeatureVector, derive
@@ -388,3 +389,6 @@ if _state is not None:
 CompiledCardState: type[CardState] | None = _state.CardState if _state is not None else None
 #: What the stream folds with: the compiled state when built, else CardState.
 StreamCardState: type[CardState] = CompiledCardState or CardState
+#: Feature vectors into a float32 buffer (app.scoring.scorer.features_matrix); None where the
+#: extension was not built.
+fill_matrix: Callable[[Any, Any], int] | None = _state.fill_matrix if _state is not None else None

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from aiokafka.partitioner import murmur2
 from aiokafka.structs import TopicPartition
@@ -17,9 +16,16 @@ from app.kafka.records import OutRecord
 Entry = tuple[bytes | None, bytes, Sequence[tuple[str, bytes]]]
 
 
-@lru_cache(maxsize=1 << 16)
-def _key_hash(key: bytes) -> int:
-    return murmur2(key) & 0x7FFFFFFF
+#: murmur2 of recent keys (bounded: emptied when full; a card's key is hashed once per fill)
+_KEY_HASHES: dict[bytes, int] = {}
+_KEY_HASHES_MAX: Final = 1 << 16
+
+
+def _hash_key(key: bytes) -> int:
+    if len(_KEY_HASHES) >= _KEY_HASHES_MAX:
+        _KEY_HASHES.clear()
+    hashed = _KEY_HASHES[key] = murmur2(key) & 0x7FFFFFFF
+    return hashed
 
 
 def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
@@ -27,7 +33,8 @@ def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
     a keyless record goes by a hash of its value, so a re-sent copy lands where the first did."""
     if key is None:
         return zlib.crc32(value) % partitions
-    return _key_hash(key) % partitions
+    hashed = _KEY_HASHES.get(key)
+    return (_hash_key(key) if hashed is None else hashed) % partitions
 
 
 class BatchSink:
@@ -68,14 +75,27 @@ class BatchSink:
             await producer.client.force_metadata_update()
 
     async def send(self, records: Iterable[OutRecord]) -> list[asyncio.Future[Any]]:
-        """Route records by key to partitions and send them; nothing is awaited but queueing."""
+        """Route records by key to partitions and send them; nothing is awaited but queueing.
+        (`partition_for`, inlined: a keyed record's hash comes from a per-key cache.)"""
         producer = self._producer()
         grouped: dict[tuple[str, int], list[Entry]] = {}
+        names, counts, hashes = self._names, self._partitions, _KEY_HASHES
         for rec in records:
-            topic = self._names[rec.topic]
-            count = self._partitions.get(topic) or await self._partition_count(producer, topic)
-            part = partition_for(rec.key, rec.value, count)
-            grouped.setdefault((topic, part), []).append((rec.key, rec.value, rec.headers))
+            topic = names[rec.topic]
+            count = counts.get(topic) or await self._partition_count(producer, topic)
+            key = rec.key
+            if key is None:
+                part = zlib.crc32(rec.value) % count
+            else:
+                hashed = hashes.get(key)
+                if hashed is None:
+                    hashed = _hash_key(key)
+                part = hashed % count
+            target = (topic, part)
+            entries = grouped.get(target)
+            if entries is None:
+                entries = grouped[target] = []
+            entries.append((key, rec.value, rec.headers))
         return await self.send_to(grouped)
 
     async def send_to(self, grouped: Mapping[tuple[str, int], Sequence[Entry]]

@@ -37,6 +37,31 @@ def test_features_matrix_rejects_ragged_rows_that_add_up() -> None:
         features_matrix([tuple(range(F - 1)), tuple(range(F + 1))])
 
 
+def test_the_compiled_conversion_matches_numpys_value_for_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.scoring import scorer
+    if scorer._fill is None:
+        pytest.skip("the compiled state is not built")
+    rng = np.random.default_rng(3)
+    edge = [2**53 + 1, 2**60 + 3, -(2**63), True, False, -0.0, 1e300, -1e-320, 0.1, 3]
+    rows = [tuple(edge[(i + j) % len(edge)] for j in range(F)) for i in range(len(edge))]
+    rows += [tuple(float(x) if j % 2 else int(x * 1e6) for j, x in enumerate(r))
+             for r in rng.normal(size=(50, F)) * 1e3]
+    rows.append(list(range(F)))  # a list row, as tuples are
+    compiled = features_matrix(rows)
+    monkeypatch.setattr(scorer, "_fill", None)
+    assert compiled.tobytes() == features_matrix(rows).tobytes()  # -0.0 and inf included
+    assert np.isinf(compiled).any() and compiled.flags["C_CONTIGUOUS"]
+
+
+def test_values_the_compiled_conversion_does_not_take_go_through_numpy() -> None:
+    # numpy scalars (an offline column's values) convert as numpy converts them
+    row = tuple(np.int64(i) if i % 2 else np.float32(i + 0.5) for i in range(F))
+    assert features_matrix([row]).tolist() == [[float(v) for v in row]]
+    with pytest.raises(ValueError, match="feature vector 0 holds a non-finite"):
+        features_matrix([tuple([np.float64("inf")] + [np.int64(1)] * (F - 1))])
+
+
 def test_score_rejects_anything_but_the_model_input(registry: ModelRegistry) -> None:
     scorer = registry.load().scorer
     with pytest.raises(ValueError, match="float32"):
