@@ -131,17 +131,45 @@ async def send_grouped(producer: Any, grouped: Mapping[tuple[str, int], Sequence
         batch = producer.create_batch()
         filled = 0
         for key, value, headers in entries:
-            if batch.append(key=key, value=value, timestamp=None,
-                            headers=list(headers)) is None:
+            if not _append(batch, filled, key, value, headers):
                 if not filled:
                     raise ValueError(f"a record for {topic} does not fit in a produce batch")
+                _seal(batch, filled)
                 sent.append((await producer.send_batch(batch, topic, partition=partition), filled))
                 batch = producer.create_batch()
                 filled = 0
-                if batch.append(key=key, value=value, timestamp=None,
-                                headers=list(headers)) is None:
+                if not _append(batch, filled, key, value, headers):
                     raise ValueError(f"a record for {topic} does not fit in a produce batch")
             filled += 1
         if filled:
+            _seal(batch, filled)
             sent.append((await producer.send_batch(batch, topic, partition=partition), filled))
     return sent
+
+
+def _append(batch: Any, filled: int, key: bytes | None, value: bytes,
+            headers: Sequence[tuple[str, bytes]]) -> bool:
+    """Append a record as the batch's `filled`-th; False when it does not fit. Straight into
+    aiokafka's compiled record builder when the batch has no serializers (the app's raw bytes):
+    `BatchBuilder.append` costs 0.4 µs more a record in its Python checks and keyword call;
+    `_seal` then sets the count it keeps (aiokafka 0.14's BatchBuilder, pinned)."""
+    builder = getattr(batch, "_builder", None)
+    if (builder is None or batch._key_serializer is not None  # noqa: SLF001
+            or batch._value_serializer is not None or batch._closed):  # noqa: SLF001
+        return batch.append(key=key, value=value, timestamp=None,
+                            headers=list(headers)) is not None
+    if builder.append(filled, None, key=key, value=value,
+                      headers=list(headers) if headers else _NO_HEADERS) is None:
+        batch.close()  # full, as BatchBuilder.append leaves it
+        return False
+    return True
+
+
+def _seal(batch: Any, filled: int) -> None:
+    """The batch's record count as `_append` left it (what `BatchBuilder.record_count` says)."""
+    if getattr(batch, "_relative_offset", filled) != filled:
+        batch._relative_offset = filled  # noqa: SLF001
+
+
+#: the record builder reads headers and keeps none of them: one empty list serves every record
+_NO_HEADERS: Final[list[tuple[str, bytes]]] = []
