@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/compute_bench.py                       # batches 37 and 512
     .venv/bin/python benchmarks/compute_bench.py --batches 8,64,512 --cards 100000
+    .venv/bin/python benchmarks/compute_bench.py --batches 150 --cards 50000 --pause-ms 10
 
 What one score-engine batch does between fetch and produce, in this process: the transaction
 pipeline (contract, card fold, feature vectors), the scoring stage (model, served rows,
@@ -15,6 +16,12 @@ The figure bounds any worker: one process holds the GIL for this much per event 
 Kafka client does, so 1e6 / (µs per event) is the most events per second one worker can serve
 with no I/O at all. Compare it with the live-load bench's raw loop (benchmarks/live_load.py):
 its rate, and what it costs per event fed live.
+
+`--pause-ms P`: each batch size also runs with the process asleep for P ms after every batch,
+as a live worker idles between fetches (alternating with the unpaused runs, same process, same
+log), and prints what the same work costs per event then, as a ratio to the unpaused run: on a
+shared host the work of a batch that follows an idle gap runs slower (caches and the core were
+someone else's meanwhile), whatever the code does.
 """
 
 from __future__ import annotations
@@ -48,8 +55,10 @@ class _Cards(dict):  # type: ignore[type-arg]
         self[card_id] = data
 
 
-def one_pass(lines: list[bytes], batch: int, snapshot_every: int) -> tuple[float, float, float]:
-    """(fold, score, snapshot) seconds over `lines` in batches of `batch`, fresh state."""
+def one_pass(lines: list[bytes], batch: int, snapshot_every: int,
+             pause_s: float = 0.0) -> tuple[float, float, float]:
+    """(fold, score, snapshot) seconds over `lines` in batches of `batch`, fresh state; with
+    `pause_s`, asleep that long after each batch (not counted)."""
     settings = load_settings()
     clock = time.time_ns
     stage = ScoringStage(ModelRegistry.from_settings(settings).load(settings.model_version),
@@ -74,6 +83,8 @@ def one_pass(lines: list[bytes], batch: int, snapshot_every: int) -> tuple[float
             since_snapshot = 0
         t3 = time.perf_counter()
         fold, score, snap = fold + t1 - t0, score + t2 - t1, snap + t3 - t2
+        if pause_s:
+            time.sleep(pause_s)
     return fold, score, snap
 
 
@@ -86,23 +97,33 @@ def one_pass(lines: list[bytes], batch: int, snapshot_every: int) -> tuple[float
 @click.option("--snapshot-every", default=420, show_default=True,
               help="Events between card snapshots.")
 @click.option("--rounds", default=3, show_default=True)
-def main(txns: int, cards: int, batches: str, snapshot_every: int, rounds: int) -> None:
+@click.option("--pause-ms", default=0.0, show_default=True,
+              help="Also run each batch size asleep this long after every batch (0: not).")
+def main(txns: int, cards: int, batches: str, snapshot_every: int, rounds: int,
+         pause_ms: float) -> None:
     lines = lines_of(make_log(cards=cards, txns=txns, seed=5))
     sizes = [int(b) for b in batches.split(",")]
-    runs: dict[int, list[tuple[float, float, float]]] = {b: [] for b in sizes}
+    pauses = [0.0, pause_ms / 1000] if pause_ms > 0 else [0.0]
+    runs: dict[tuple[int, float], list[tuple[float, float, float]]] = {
+        (b, p): [] for b in sizes for p in pauses}
     for _ in range(rounds):
         for b in sizes:
-            runs[b].append(one_pass(lines, b, snapshot_every))
+            for p in pauses:
+                runs[(b, p)].append(one_pass(lines, b, snapshot_every, p))
     n = len(lines)
     print(f"{n:,} events over {cards:,} cards, snapshot every {snapshot_every} events; "
           f"median of {rounds} rounds, µs per event:")
-    print(f"{'batch':>6s} {'fold':>7s} {'score':>7s} {'snapshot':>9s} {'total':>7s} "
-          f"{'one-core ceiling':>17s}")
+    print(f"{'batch':>6s} {'pause':>6s} {'fold':>7s} {'score':>7s} {'snapshot':>9s} "
+          f"{'total':>7s} {'one-core ceiling':>17s} {'vs no pause':>12s}")
     for b in sizes:
-        fold, score, snap = (statistics.median(r[i] for r in runs[b]) * 1e6 / n for i in range(3))
-        total = fold + score + snap
-        print(f"{b:6d} {fold:7.1f} {score:7.1f} {snap:9.1f} {total:7.1f} "
-              f"{1e6 / total:11,.0f} ev/s")
+        base = 0.0
+        for p in pauses:
+            fold, score, snap = (statistics.median(r[i] for r in runs[(b, p)]) * 1e6 / n
+                                 for i in range(3))
+            total = fold + score + snap
+            base = base or total
+            print(f"{b:6d} {p * 1000:4.0f}ms {fold:7.1f} {score:7.1f} {snap:9.1f} {total:7.1f} "
+                  f"{1e6 / total:11,.0f} ev/s {total / base:11.2f}×")
 
 
 if __name__ == "__main__":
