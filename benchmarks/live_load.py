@@ -122,7 +122,6 @@ class Timeline:
     latency: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     rss_mb: dict[int, float] = field(default_factory=dict)
     cards: dict[int, int] = field(default_factory=dict)
-    events: dict[int, int] = field(default_factory=dict)
     store_mb: dict[int, float] = field(default_factory=dict)
     #: events read and not yet acked (queued, in work, or served and awaiting their durable
     #: point): what the worker holds in memory, not a part of the backlog
@@ -169,16 +168,19 @@ class HostClock:
         return out
 
 
-def card_cache(port: int) -> tuple[int, int, float, int] | None:
-    """The worker's decoded card states, the events they buffer, the MB its card store
-    (RocksDB: memtables, block cache) holds, and the events it has read and not yet acked
-    (queued or in work); None when not answering."""
-    state = debug_consumer(port)
+def card_cache(port: int, *, events: bool = False) -> tuple[int, int, float, int] | None:
+    """The worker's decoded card states, the events they buffer (-1 unless `events`: counting
+    them is a pass over every cached card that holds the worker's loop 20-35 ms at 47k cards,
+    so the per-second probe leaves it out), the MB its card store (RocksDB: memtables, block
+    cache) holds, and the events it has read and not yet acked (queued or in work); None when
+    not answering."""
+    state = debug_consumer(port, light=not events)
     if state is None:
         return None
     cards = state["cards"]
-    return (cards["cached"], cards["cached_events"], sum(cards["store_memory"].values()) / 2**20,
-            state["unacked"])
+    held = cards["cached_events"]
+    return (cards["cached"], -1 if held is None else held,
+            sum(cards["store_memory"].values()) / 2**20, state["unacked"])
 
 
 def gc_pauses(text: str, over_s: float = 0.025) -> tuple[int, float]:
@@ -336,6 +338,7 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
     high, low = high or OVERLOAD * slo, RECOVER_LOAD * slo
     settings = fresh(base, uuid.uuid4().hex[:6])
     timeline = Timeline()
+    final = None
     try:
         worker = start_worker(settings, tmp)
         stop = threading.Event()
@@ -349,7 +352,7 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
                 timeline.rss_mb[sec] = rss_mb(worker.pid)
                 cached = card_cache(worker.port)
                 if cached is not None:
-                    (timeline.cards[sec], timeline.events[sec], timeline.store_mb[sec],
+                    (timeline.cards[sec], _, timeline.store_mb[sec],
                      timeline.held[sec]) = cached
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -360,6 +363,9 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
             wait_until(lambda: handled(worker.port) >= n, timeout_s=300, interval_s=0.5,
                        what="every transaction handled")
             pauses, longest = gc_pauses(scrape(worker.port))
+            stop.set()
+            sampler.join()
+            final = card_cache(worker.port, events=True)  # input over: the pass costs nothing
         finally:
             stop.set()
             sampler.join()
@@ -372,9 +378,9 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
         timeline.served[(served - start_ms) // 1000] += 1
         timeline.latency[(src - start_ms) // 1000].append(lat)
     print(f"overload: {high:,.0f} ev/s for {OVERLOAD_S:.0f} s, then {low:,.0f} ev/s for "
-          f"{RECOVER_S:.0f} s (per second: appended, served, backlog, worker RSS, cached cards and "
-          f"the events their windows hold, the card store's RocksDB memory, the events read and not "
-          f"yet acked, cores the host stole, p99 of the events appended then)")
+          f"{RECOVER_S:.0f} s (per second: appended, served, backlog, worker RSS, cached cards, "
+          f"the card store's RocksDB memory, the events read and not yet acked, cores the host "
+          f"stole, p99 of the events appended then)")
     backlog = 0
     last = max(max(timeline.appended), max(timeline.served))
     for sec in range(0, last + 1):
@@ -383,7 +389,7 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
         print(f"  t={sec:3d}s appended {timeline.appended.get(sec, 0):6d} served "
               f"{timeline.served.get(sec, 0):6d} backlog {backlog:7d} RSS "
               f"{timeline.rss_mb.get(sec, float('nan')):6.0f} MB cards "
-              f"{timeline.cards.get(sec, -1):7d} events {timeline.events.get(sec, -1):8d} "
+              f"{timeline.cards.get(sec, -1):7d} "
               f"store {timeline.store_mb.get(sec, float('nan')):5.0f} MB "
               f"held {timeline.held.get(sec, -1):6d} "
               f"stolen {timeline.stolen.get(sec, float('nan')):4.2f} "
@@ -403,7 +409,8 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
         f"- Peak backlog {max(_running(timeline)):,} events (appended, not yet served); the "
         f"worker held at most {max(timeline.held.values(), default=-1):,} read, not yet acked "
         f"(queued, in work, or served and waiting for their durable point); worker RSS {min(rss):.0f}–{max(rss):.0f} MB "
-        f"with {_cards_span(timeline)} cached card states; {_rss_by_phase(timeline)}.",
+        f"with {_cards_span(timeline)} cached card states ({_final_cards(final)}); "
+        f"{_rss_by_phase(timeline)}.",
         "- p99 back within the budget " + (f"{back - drop} s after the drop" if back is not None
                                            else "never within the run")
         + (f"; seconds over it after the drop: {', '.join(over)}." if over else "."),
@@ -413,6 +420,12 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
     for line in summary:
         print("overload: " + line[2:])
     return summary
+
+
+def _final_cards(final: tuple[int, int, float, int] | None) -> str:
+    if final is None:
+        return "at the end: not answering"
+    return f"at the end {final[0]:,} holding {final[1]:,} events in their windows"
 
 
 def _cards_span(timeline: Timeline) -> str:

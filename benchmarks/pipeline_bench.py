@@ -222,10 +222,12 @@ def start_worker(settings: Settings, tmp: Path) -> Spawned:
     return worker
 
 
-def debug_consumer(port: int) -> dict[str, Any] | None:
-    """The worker's /debug/consumer page, None while it does not answer."""
+def debug_consumer(port: int, *, light: bool = False) -> dict[str, Any] | None:
+    """The worker's /debug/consumer page, None while it does not answer; `light` leaves out
+    what costs a pass over the cached cards (a probe that runs while latency is measured)."""
+    query = "?light=1" if light else ""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/consumer",  # noqa: S310
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/consumer{query}",  # noqa: S310
                                     timeout=2) as resp:
             return orjson.loads(resp.read())
     except OSError:

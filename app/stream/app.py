@@ -238,10 +238,13 @@ def create_app(
 
     @app.page("/debug/consumer")
     async def consumer_page(web: Any, request: Any) -> Any:
+        """`?light=1` leaves out `cached_events`, a pass over every cached card (20-35 ms at
+        47k cards, the loop held meanwhile): for a probe that comes every second."""
         recovery = app.tables.recovery
+        light = request.query.get("light") in ("1", "true")
         return web.json({**app.consumer.state(), "sequencer": sequencer.state(),
                          "cards": {"cached": pipeline.cached_cards,
-                                   "cached_events": pipeline.cached_events,
+                                   "cached_events": None if light else pipeline.cached_events,
                                    "store_memory": card_state.store_memory(),  # type: ignore[attr-defined]
                                    "restored": card_state.restorer.restored,  # type: ignore[attr-defined]
                                    "standby_lag": standby_lag(recovery),

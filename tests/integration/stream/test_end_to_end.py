@@ -46,6 +46,10 @@ def test_two_workers_50k_events_zero_skew_and_oracle_actions(
         owned = {tp: read for w in workers for tp, read in source_reads(w, source).items()}
         assert len(owned) == fresh_settings.topic_partitions
         assert all(read is not None and read > 0 for read in owned.values()), owned
+        # the light page (a per-second probe's) leaves out the pass over the cached cards
+        full, light = workers[0].debug("consumer"), workers[0].debug("consumer?light=1")
+        assert full["cards"]["cached_events"] > 0 and light["cards"]["cached_events"] is None
+        assert light["cards"]["cached"] == full["cards"]["cached"] > 0
     finally:
         for w in workers:
             w.stop()
