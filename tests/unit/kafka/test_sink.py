@@ -87,3 +87,41 @@ async def test_warm_waits_until_every_partition_has_a_leader() -> None:
 def test_keys_go_where_kafkas_default_partitioner_puts_them() -> None:
     got = [(key, n, partition_for(key, b"{}", n)) for key, n, _ in KAFKA_DEFAULT_PARTITIONS]
     assert got == KAFKA_DEFAULT_PARTITIONS
+
+
+def _decoded(batch: Any) -> list[tuple[int, bytes | None, bytes, list[tuple[str, bytes]]]]:
+    from aiokafka.record.default_records import DefaultRecordBatch
+    return [(r.offset, r.key, r.value, list(r.headers))
+            for r in DefaultRecordBatch(bytearray(batch._build()))]
+
+
+async def test_records_put_straight_into_the_builder_read_back_as_the_batch_api_writes_them(
+        ) -> None:
+    # aiokafka's real BatchBuilder, small enough that the entries fill two batches
+    from aiokafka.producer.message_accumulator import BatchBuilder
+
+    from app.kafka.sink import send_grouped
+
+    class Producer:
+        def __init__(self, raw: bool) -> None:
+            self.raw, self.batches = raw, []
+
+        def create_batch(self) -> BatchBuilder:
+            batch = BatchBuilder(1024, 0, is_transactional=0)
+            if not self.raw:  # a serializer sends each record through BatchBuilder.append
+                batch._value_serializer = bytes
+            return batch
+
+        async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> int:
+            self.batches.append((batch.record_count(), _decoded(batch)))
+            return len(self.batches)
+
+    entries = [(b"c%02d" % i, b"v" * 40 + bytes([i]), () if i % 3 else (("h", b"x"),))
+               for i in range(30)]
+    raw, api = Producer(raw=True), Producer(raw=False)
+    counts = [count for _, count in await send_grouped(raw, {("t", 0): entries})]
+    assert counts == [count for _, count in await send_grouped(api, {("t", 0): entries})]
+    assert len(counts) > 1 and sum(counts) == len(entries)  # it filled a batch and went on
+    assert raw.batches == api.batches  # same counts, offsets, keys, values and headers
+    assert [rec[1:] for _, recs in raw.batches for rec in recs] == [
+        (key, value, list(headers)) for key, value, headers in entries]
