@@ -1,5 +1,5 @@
-"""The compiled parts of fraudstream: the offline feature fold and the online card state
-(everything else is pyproject.toml)."""
+"""The compiled parts of fraudstream: the offline feature fold, the online card state and Kafka's
+default partitioner (everything else is pyproject.toml)."""
 
 from setuptools import Extension, setup
 
@@ -10,5 +10,7 @@ setup(
     ext_modules=[
         Extension("app.features._fold", sources=["app/features/_fold.c"], extra_compile_args=FLAGS),
         Extension("app.features._state", sources=["app/features/_state.c"], extra_compile_args=FLAGS),
+        Extension("app.kafka._partition", sources=["app/kafka/_partition.c"],
+                  extra_compile_args=FLAGS),
     ],
 )

@@ -17,17 +17,24 @@ from app.kafka.records import OutRecord
 Entry = tuple[bytes | None, bytes, Sequence[tuple[str, bytes]]]
 
 
-@lru_cache(maxsize=1 << 16)
-def _key_hash(key: bytes) -> int:
-    return murmur2(key) & 0x7FFFFFFF
+try:
+    from app.kafka._partition import partition as _keyed_partition
+except ImportError:  # pragma: no cover - exercised only where the extension was not built
+    @lru_cache(maxsize=1 << 16)
+    def _key_hash(key: bytes) -> int:
+        return murmur2(key) & 0x7FFFFFFF
+
+    def _keyed_partition(key: bytes, partitions: int) -> int:
+        return _key_hash(key) % partitions
 
 
 def partition_for(key: bytes | None, value: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner picks for `key` (murmur2, as the Java client);
-    a keyless record goes by a hash of its value, so a re-sent copy lands where the first did."""
+    """The partition Kafka's default partitioner picks for `key` (murmur2, as the Java client;
+    compiled: app/kafka/_partition.c); a keyless record goes by a hash of its value, so a re-sent
+    copy lands where the first did."""
     if key is None:
         return zlib.crc32(value) % partitions
-    return _key_hash(key) % partitions
+    return _keyed_partition(key, partitions)
 
 
 class BatchSink:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from app.kafka.records import OutRecord
 from app.kafka.sink import BatchSink, partition_for
@@ -87,6 +90,24 @@ async def test_warm_waits_until_every_partition_has_a_leader() -> None:
 def test_keys_go_where_kafkas_default_partitioner_puts_them() -> None:
     got = [(key, n, partition_for(key, b"{}", n)) for key, n, _ in KAFKA_DEFAULT_PARTITIONS]
     assert got == KAFKA_DEFAULT_PARTITIONS
+
+
+def test_the_compiled_murmur2_is_aiokafkas_for_every_key_length() -> None:
+    from aiokafka.partitioner import murmur2
+
+    from app.kafka import _partition
+    rng = random.Random(7)
+    for length in range(70):  # every tail length, many words
+        for _ in range(20):
+            key = rng.randbytes(length)
+            assert _partition.murmur2(key) == murmur2(key) & 0xFFFFFFFF, key
+            for n in (1, 3, 8, 12, 1000):
+                assert _partition.partition(key, n) == (murmur2(key) & 0x7FFFFFFF) % n
+    assert _partition.partition(bytearray(b"21"), 8) == 4  # any bytes-like key
+    with pytest.raises(ValueError, match="partitions must be > 0"):
+        _partition.partition(b"21", 0)
+    with pytest.raises(TypeError):
+        _partition.partition("21", 8)
 
 
 def _decoded(batch: Any) -> list[tuple[int, bytes | None, bytes, list[tuple[str, bytes]]]]:
