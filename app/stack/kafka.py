@@ -198,11 +198,13 @@ class KafkaNode:
         if java is None:
             raise StackError("no JDK found: apt-get install -y openjdk-17-jre-headless")
         heap = self.layout.heap
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)  # a JVM whose -Xlog file cannot open does not start
         return [
             java, f"-Xms{heap}", f"-Xmx{heap}", *JVM_PERFORMANCE_OPTS,
-            f"-Xlog:gc:file={self.home / 'logs' / 'gc.log'}:uptime:filecount=2,filesize=8m",
+            f"-Xlog:gc:file={logs / 'gc.log'}:uptime:filecount=2,filesize=8m",
             f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.home / 'logs'}",
+            f"-Dkafka.logs.dir={logs}",
             "-cp", f"{self.ensure_jars()}/*", main, *args,
         ]
 

@@ -110,4 +110,5 @@ def test_every_node_runs_with_a_pauseless_collector_and_logs_it(
         assert not [a for a in argv if "G1" in a]
         log = next(a for a in argv if a.startswith("-Xlog:gc:file="))
         assert str(layout.home / "logs" / "gc.log") in log
+        assert (layout.home / "logs").is_dir()  # the JVM refuses to start if it cannot open it
         assert argv[-2:] == ["kafka.Kafka", "server.properties"]
