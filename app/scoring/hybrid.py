@@ -49,7 +49,7 @@ class GpuOptions:
     #: Rows of the largest preallocated device buffer; larger batches run in chunks of it.
     max_rows: int = 4096
     #: Capture one CUDA graph per bucket size (onnxruntime `enable_cuda_graph`).
-    cuda_graph: bool = False
+    cuda_graph: bool = True
     #: Timed calls per bucket size and provider in the start-up calibration (median taken).
     calibration_repeats: int = 15
 

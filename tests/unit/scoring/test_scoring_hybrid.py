@@ -212,8 +212,9 @@ def test_build_scorer_without_cuda_is_the_single_cpu_session(registry: ModelRegi
 def test_gpu_options_come_from_settings(registry: ModelRegistry) -> None:
     default = load_settings({})
     assert default.gpu_min_batch is None and default.gpu_max_rows == 4096
-    assert default.cuda_graph is False
+    assert default.cuda_graph is True  # measured 2-3x cheaper a call on an H200
     assert GpuOptions.from_settings(default) == GpuOptions()
+    assert GpuOptions.from_settings(load_settings({"FRAUDSTREAM_CUDA_GRAPH": "false"})).cuda_graph is False
     s = load_settings({"FRAUDSTREAM_GPU_MIN_BATCH": "512", "FRAUDSTREAM_GPU_MAX_ROWS": "8192",
                        "FRAUDSTREAM_CUDA_GRAPH": "true", "FRAUDSTREAM_SCORER_DEVICE": "cpu",
                        "FRAUDSTREAM_MODEL_DIR": str(registry.root)})
