@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from app.action_service.list_routes import MAX_LIST_BODY_BYTES
+
 _ID: Final = {
     "type": "string",
     "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
@@ -91,7 +93,7 @@ def list_paths(ok: Callable[..., dict[str, Any]], error: Callable[..., dict[str,
                     "200": ok("Acknowledged by Kafka (all in-sync replicas).", "ListEntry"),
                     "401": unauthorized,
                     "403": error("The token is read-only (FRAUDSTREAM_ACTION_READ_TOKEN)."),
-                    "413": error("Body over 64 KiB."),
+                    "413": error(f"Body over {MAX_LIST_BODY_BYTES} bytes."),
                     "422": invalid,
                     "503": kafka_down,
                 },
