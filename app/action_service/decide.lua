@@ -71,9 +71,11 @@ if outcome ~= 'not_frozen' then
   redis.call('LTRIM', history, -kept, -1)
 end
 if label then
-  -- the outbox entry: forwarded to the Kafka topic `labels` (label_outbox.py), its id making
-  -- the label unique there (label_id = effect_id)
-  redis.call('XADD', labels, '*', 'label_id', effect_id, 'card_id', card_id, 'txn_id', txn_id,
+  -- the outbox entry: forwarded to the Kafka topic `labels` (label_outbox.py); its label_id
+  -- names the ledger entry, stream and id (redis_keys.analyst_label_id): an entry id alone
+  -- repeats across shards when two streams add in the same millisecond
+  redis.call('XADD', labels, '*', 'label_id', effects .. '/' .. effect_id, 'card_id', card_id,
+    'txn_id', txn_id,
     'label', label, 'reported_at_ms', now_ms, 'source', 'analyst_' .. decision, 'by', by)
 end
 redis.call('HSET', record, 'idempotency_key', key, 'fingerprint', fingerprint, 'decision',

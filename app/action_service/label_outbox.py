@@ -17,7 +17,8 @@ forwarding at least once:
   (XAUTOCLAIM) by a live one.
 
 A crash between the Kafka ack and XACK sends a record twice: `label_id` (the decision's
-effect id) is unique, so readers of `labels` keep the first record of each label_id.
+ledger entry, `effects:{tag}/<entry id>`) is unique, so readers of `labels` keep the first record
+of each label_id.
 """
 
 from __future__ import annotations

@@ -116,6 +116,13 @@ def action_keys(key: str, card_id: str) -> tuple[str, str, str, str, str, str, s
             f"card:{{{tag}}}:{card_id}:history")
 
 
+def analyst_label_id(card_id: str, effect_id: str) -> str:
+    """The `label_id` of an analyst decision's label: its ledger entry, stream and id
+    (`effects:{tag}/<entry id>`, as decide.lua writes it). The entry id alone is not unique:
+    two shards' streams can issue the same id in the same millisecond."""
+    return f"{SHARD_KEYS[shard_of(card_id)][0]}/{effect_id}"
+
+
 def decision_keys(key: str, card_id: str) -> tuple[str, str, str, str, str]:
     """Every key one analyst decision touches, in the decision script's order: its record, the
     card, the card's history, the shard's effects stream and its labels outbox (one slot)."""

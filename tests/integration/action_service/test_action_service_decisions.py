@@ -11,7 +11,12 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from app.action_service.app import create_app
 from app.action_service.ledger import read_effects_async
-from app.action_service.redis_keys import LABEL_STREAMS, decision_keys, shard_of
+from app.action_service.redis_keys import (
+    LABEL_STREAMS,
+    analyst_label_id,
+    decision_keys,
+    shard_of,
+)
 from app.actions.key import idempotency_key
 from app.settings import Settings
 
@@ -92,7 +97,8 @@ async def test_release_unfreezes_once_and_an_old_freeze_delivered_again_stays_ab
     assert ledger[1]["by"] == "alice"
     labels = await _labels(redis, "card-r")
     assert [(x["txn_id"], x["label"], x["source"], x["label_id"]) for x in labels] == [
-        ("txn-1", "0", "analyst_release", result["effect_id"])]
+        ("txn-1", "0", "analyst_release", analyst_label_id("card-r", result["effect_id"]))]
+    assert labels[0]["label_id"].startswith("effects:{")
 
 
 async def test_confirm_labels_fraud_and_unnamed_tokens_get_a_derived_name(named_client, redis,

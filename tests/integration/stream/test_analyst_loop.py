@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from app.action_service.ledger import count_replays
+from app.action_service.redis_keys import analyst_label_id
 from app.actions import Action, make_action
 from app.kafka import topics
 from app.kafka.inspect import group_lag
@@ -137,7 +138,8 @@ def test_release_confirm_and_labels_end_to_end(fresh_settings: Settings, tmp_pat
     assert [(x.txn_id, x.label, x.source, x.by) for x in labels] == [
         (freeze.txn_id, 0, "analyst_release", "alice"),
         (later.txn_id, 1, "analyst_confirm", "alice")]
-    assert [x.label_id for x in labels] == [released["effect_id"], confirmed["effect_id"]]
+    assert [x.label_id for x in labels] == [analyst_label_id(card_id, released["effect_id"]),
+                                            analyst_label_id(card_id, confirmed["effect_id"])]
     # exactly once: one ledger entry per key, the redelivered freeze none
     keys = [e["idempotency_key"] for e in effects(settings.effective_redis_url)
             if e["card_id"] == card_id]
