@@ -289,8 +289,8 @@ class Settings:
     cuda_graph: bool = _env(
         "FRAUDSTREAM_CUDA_GRAPH",
         "With CUDA: capture one CUDA graph per buffer size (onnxruntime enable_cuda_graph); "
-        "falls back to plain IO binding when onnxruntime refuses. On by default: on an H200 "
-        "a graph replay costs 52-95 us a call against 160-197 without (docs/performance.md).",
+        "falls back to plain IO binding when onnxruntime refuses. On by default (2-3x cheaper a "
+        "call on an H200, docs/performance.md).",
         True,
     )
     explain: bool = _env(

@@ -98,7 +98,6 @@ async def test_release_unfreezes_once_and_an_old_freeze_delivered_again_stays_ab
     labels = await _labels(redis, "card-r")
     assert [(x["txn_id"], x["label"], x["source"], x["label_id"]) for x in labels] == [
         ("txn-1", "0", "analyst_release", analyst_label_id("card-r", result["effect_id"]))]
-    assert labels[0]["label_id"].startswith("effects:{")
 
 
 async def test_confirm_labels_fraud_and_unnamed_tokens_get_a_derived_name(named_client, redis,

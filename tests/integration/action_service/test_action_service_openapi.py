@@ -13,6 +13,10 @@ from app.actions.key import ACTION_TYPES, idempotency_key
 
 pytestmark = pytest.mark.integration
 
+#: A body over the service's size limit is refused as such (413) before its fields are read;
+#: schemathesis's own list of rejections lacks it (a 4 KiB list body failed ci97).
+_REJECTIONS = [*schemathesis.Config.from_dict({}).projects.default.checks
+               .negative_data_rejection.expected_statuses, "413"]
 _CONFIG = schemathesis.Config.from_dict(
     {
         "generation": {"mode": "all", "max-examples": 25},
@@ -23,11 +27,7 @@ _CONFIG = schemathesis.Config.from_dict(
             "content_type_conformance": {"enabled": True},
             "response_headers_conformance": {"enabled": True},
             "response_schema_conformance": {"enabled": True},
-            # a body over the service's size limit is refused as such (413), before its fields
-            # are read; schemathesis's default list lacks it (a 4 KiB list body failed ci97)
-            "negative_data_rejection": {"enabled": True, "expected-statuses": [
-                "400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428",
-                "429", "5xx"]},
+            "negative_data_rejection": {"enabled": True, "expected-statuses": _REJECTIONS},
             "missing_required_header": {"enabled": True},
             "ignored_auth": {"enabled": True},
         },
