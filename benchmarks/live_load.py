@@ -107,6 +107,8 @@ class Step:
     gc_pauses: tuple[int, float] = (0, float("nan"))  # (pauses > 25 ms, longest ≤ this bucket, s)
     #: cores the hypervisor took from this machine while the input ran (see `HostClock`)
     stolen: float = float("nan")
+    #: the worker's cores by thread group while the input ran (see `thread_cpu`)
+    threads: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -166,6 +168,25 @@ class HostClock:
         out = (steal - self._steal) / max(1e-3, now - self._at)
         self._at, self._steal = now, steal
         return out
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of a process's threads by group: "main" (the event loop's thread), RocksDB's
+    background threads ("rocksdb"), and the other threads ("other": Faust's consumer thread,
+    where aiokafka fetches, above all). Threads gone meanwhile are not counted."""
+    out: dict[str, float] = defaultdict(float)
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            raw = (task / "stat").read_text()
+        except OSError:
+            continue
+        comm = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2:].split()
+        group = ("main" if task.name == str(pid) else
+                 "rocksdb" if comm.startswith("rocksdb") else "other")
+        out[group] += (int(fields[11]) + int(fields[12])) / tick
+    return dict(out)
 
 
 def card_cache(port: int, *, events: bool = False) -> tuple[int, int, float, int] | None:
@@ -257,13 +278,16 @@ def run_step(base: Settings, lines: list[bytes], rate: float, seconds: float, tm
     try:
         worker = start_worker(settings, tmp)
         try:
-            c0 = cpu_s(worker.pid)
+            c0, t0, at = cpu_s(worker.pid), thread_cpu(worker.pid), time.monotonic()
             host = HostClock()
             n = feed(settings, lines, [(rate, seconds)])
             stolen = host.cores()
             wait_until(lambda: handled(worker.port) >= n, timeout_s=120 + seconds,
                        interval_s=0.25, what="every transaction handled")
             cpu = cpu_s(worker.pid) - c0
+            span = time.monotonic() - at
+            threads = {group: (t - t0.get(group, 0.0)) / span
+                       for group, t in thread_cpu(worker.pid).items()}
             text = scrape(worker.port)
             mean_batch = batch_mean(text)
         finally:
@@ -272,7 +296,7 @@ def run_step(base: Settings, lines: list[bytes], rate: float, seconds: float, tm
     finally:
         asyncio.run(drop_topics(settings))
     return dataclasses.replace(_step(rate, rows, cpu / max(1, n) * 1e6, mean_batch),
-                               gc_pauses=gc_pauses(text), stolen=stolen)
+                               gc_pauses=gc_pauses(text), stolen=stolen, threads=threads)
 
 
 def _step(rate: float, rows: list[tuple[int, float, int]], cpu_us: float,
@@ -422,6 +446,11 @@ def run_overload(base: Settings, lines: list[bytes], slo: float, tmp: Path,
     return summary
 
 
+def _cores(step: Step) -> str:
+    """The worker's main thread and other threads (consumer thread above all), in cores."""
+    return f"{step.threads.get('main', 0.0):.2f} / {step.threads.get('other', 0.0):.2f}"
+
+
 def _final_cards(final: tuple[int, int, float, int] | None) -> str:
     if final is None:
         return "at the end: not answering"
@@ -524,7 +553,7 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
         results: list[Step] = []
         print(f"{'offered':>9s} {'share':>6s} {'p50':>7s} {'p99':>8s} {'cold p99':>9s} "
               f"{'cold max':>9s} {'in budget':>9s} {'µs/ev':>6s} {'batch':>6s} {'gc>25ms':>7s} "
-              f"{'gc max≤':>7s} {'stolen':>6s}", flush=True)
+              f"{'gc max≤':>7s} {'stolen':>6s} {'cores main/other':>16s}", flush=True)
         for share in shares:
             attempts: list[Step] = []
             while True:
@@ -535,7 +564,8 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
                       f"{step.steady_p99:8.1f} {step.cold_p99:9.1f} {step.cold_max:9.1f} "
                       f"{step.within_budget:9.3%} {step.cpu_us:6.1f} {step.mean_batch:6.1f} "
                       f"{step.gc_pauses[0]:7d} {step.gc_pauses[1] * 1000:5.0f}ms "
-                      f"{step.stolen:6.2f}" + ("  (host stole CPU: run again)" if again else ""),
+                      f"{step.stolen:6.2f} {_cores(step):>16s}"
+                      + ("  (host stole CPU: run again)" if again else ""),
                       flush=True)
                 if not again:
                     break
