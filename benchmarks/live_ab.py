@@ -18,14 +18,14 @@ figures side by side, same run, say anything.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import sys
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import click
 
@@ -50,21 +50,6 @@ def parse_variant(text: str) -> dict[str, str]:
     return out
 
 
-@contextmanager
-def variant_env(assignments: dict[str, str]) -> Iterator[None]:
-    """os.environ with `assignments` for the duration (the worker inherits it)."""
-    before = {name: os.environ.get(name) for name in assignments}
-    os.environ.update(assignments)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def variant_settings(base: Settings, assignments: dict[str, str]) -> Settings:
     """`base` with the assignments that name settings applied (the stack's addresses kept)."""
     loaded = load_settings({**os.environ, **assignments})
@@ -75,6 +60,15 @@ def row(label: str, step: Step) -> str:
     threads = " ".join(f"{group} {cores:.2f}" for group, cores in sorted(step.threads.items()))
     return (f"{label:<40s} {step.steady_p50:6.1f} {step.steady_p99:7.1f} {step.cold_p99:8.1f} "
             f"{step.cpu_us:6.1f} {step.mean_batch:6.1f} {step.stolen:6.3f}  {threads}")
+
+
+def median_step(steps: list[Step]) -> Step:
+    """The median of each figure `row` prints, over `steps` of one variant."""
+    figures = ("steady_p50", "steady_p99", "cold_p99", "cpu_us", "mean_batch", "stolen")
+    return dataclasses.replace(
+        steps[0], **{f: statistics.median(getattr(s, f) for s in steps) for f in figures},
+        threads={g: statistics.median(s.threads.get(g, 0.0) for s in steps)
+                 for g in steps[0].threads})
 
 
 @click.command()
@@ -99,30 +93,22 @@ def main(variants: tuple[str, ...], rate: float, seconds: float, rounds: int,
     print(f"{'variant':<40s} {'p50':>6s} {'p99':>7s} {'cold p99':>8s} {'µs/ev':>6s} "
           f"{'batch':>6s} {'stolen':>6s}  cores by thread", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        if warmup:
-            text, assignments = parsed[0]
-            with variant_env(assignments):
-                step = run_step(variant_settings(base, assignments), lines, rate, seconds,
+
+        def measure(assignments: dict[str, str]) -> Step:
+            with mock.patch.dict(os.environ, assignments):  # the worker inherits it
+                return run_step(variant_settings(base, assignments), lines, rate, seconds,
                                 Path(tmp))
-            print(row(f"warm-up: {text}", step), flush=True)
+
+        if warmup:
+            print(row(f"warm-up: {parsed[0][0]}", measure(parsed[0][1])), flush=True)
         for n in range(rounds):
             for text, assignments in (parsed if n % 2 == 0 else parsed[::-1]):
-                with variant_env(assignments):
-                    step = run_step(variant_settings(base, assignments), lines, rate, seconds,
-                                    Path(tmp))
+                step = measure(assignments)
                 results[text].append(step)
                 print(row(f"{n + 1}: {text}", step), flush=True)
     print(f"medians of {rounds} at {rate:,.0f} ev/s:")
     for text, _ in parsed:
-        steps = results[text]
-        med = Step(rate, 0, *(statistics.median(getattr(s, f) for s in steps) for f in (
-            "steady_p50", "steady_p99", "cold_p99", "cold_max", "cpu_us", "mean_batch",
-            "served_rate", "within_budget")),
-            stolen=statistics.median(s.stolen for s in steps),
-            threads={g: statistics.median(s.threads.get(g, 0.0) for s in steps)
-                     for g in {g for s in steps for g in s.threads}})
-        print(row(text, med), flush=True)
-
+        print(row(text, median_step(results[text])), flush=True)
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,5 @@
-"""The live-load benchmarks' own parts that need no broker: variants, their environment, and
-the worker's CPU by thread."""
+"""The live-load benchmarks' own parts that need no broker: variants and the worker's CPU by
+thread."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from live_ab import parse_variant, variant_env, variant_settings  # noqa: E402
+from live_ab import parse_variant, variant_settings  # noqa: E402
 from live_load import thread_cpu  # noqa: E402
 
 from app.settings import load_settings  # noqa: E402
@@ -35,16 +35,6 @@ def test_a_setting_is_loaded_as_one_and_the_stack_addresses_are_kept() -> None:
     settings = variant_settings(base, {"FRAUDSTREAM_MAX_BATCH": "1024", "AB_HOOK": "1"})
     assert settings.max_batch == 1024
     assert (settings.kafka_bootstrap, settings.redis_url) == ("127.0.0.1:1", "redis://x:2/0")
-
-
-def test_the_environment_holds_the_variant_only_while_it_runs(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AB_KEPT", "before")
-    monkeypatch.delenv("AB_NEW", raising=False)
-    with variant_env({"AB_KEPT": "during", "AB_NEW": "1"}):
-        assert (os.environ["AB_KEPT"], os.environ["AB_NEW"]) == ("during", "1")
-    assert os.environ["AB_KEPT"] == "before"
-    assert "AB_NEW" not in os.environ
 
 
 def _burn(seconds: float) -> None:
