@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 StoreKind = Literal["memory", "rocksdb"]
-SinkClient = Literal["librdkafka", "aiokafka"]
 AppendFsync = Literal["always", "everysec", "no"]
 ScorerDevice = Literal["auto", "cpu", "cuda"]
 KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_SSL"]
@@ -242,14 +241,6 @@ class Settings:
         "How often a worker writes the card state its batches changed (one changelog record per "
         "card for all of them) and acks their input, at any load; 0: with every batch.",
         1000,
-    )
-    sink_client: SinkClient = _env(
-        "FRAUDSTREAM_SINK_CLIENT",
-        "The Kafka client the at_least_once score engine produces its outputs and card "
-        "changelog with: librdkafka (confluent-kafka: the produce protocol runs in its own "
-        "threads, outside the GIL) or aiokafka (on the event loop). exactly_once always uses "
-        "aiokafka's transactional producers.",
-        "librdkafka",
     )
     producer_linger_ms: float = _env(
         "FRAUDSTREAM_PRODUCER_LINGER_MS",
@@ -516,8 +507,7 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-_LITERALS: dict[str, Any] = {"StoreKind": StoreKind, "SinkClient": SinkClient,
-                             "AppendFsync": AppendFsync,
+_LITERALS: dict[str, Any] = {"StoreKind": StoreKind, "AppendFsync": AppendFsync,
                              "ScorerDevice": ScorerDevice,
                              "KafkaSecurityProtocol": KafkaSecurityProtocol,
                              "KafkaSaslMechanism": KafkaSaslMechanism,

@@ -22,26 +22,6 @@ def kafka_ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
-def librdkafka_config(settings: Settings) -> dict[str, Any]:
-    """The same connection and security settings for a librdkafka (confluent-kafka) client."""
-    config: dict[str, Any] = {"bootstrap.servers": settings.effective_kafka_bootstrap}
-    protocol = settings.kafka_security_protocol
-    if protocol == "PLAINTEXT":
-        return config
-    config["security.protocol"] = protocol.lower()
-    if settings.kafka_ssl_cafile is not None:
-        config["ssl.ca.location"] = str(settings.kafka_ssl_cafile)
-    if settings.kafka_ssl_certfile is not None:
-        config["ssl.certificate.location"] = str(settings.kafka_ssl_certfile)
-        if settings.kafka_ssl_keyfile is not None:
-            config["ssl.key.location"] = str(settings.kafka_ssl_keyfile)
-    if protocol == "SASL_SSL":
-        config["sasl.mechanism"] = settings.kafka_sasl_mechanism
-        config["sasl.username"] = settings.kafka_sasl_username
-        config["sasl.password"] = _sasl_password(settings)
-    return config
-
-
 def _sasl_password(settings: Settings) -> str:
     password = secret_value(settings.kafka_sasl_password, settings.kafka_sasl_password_file,
                             "FRAUDSTREAM_KAFKA_SASL_PASSWORD_FILE")

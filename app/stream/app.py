@@ -17,11 +17,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.actions.delivery import ActionDeliverer
 from app.kafka import topics
-from app.kafka.rdsink import RdSink
 from app.kafka.records import OutRecord
 from app.kafka.sink import BatchSink
 from app.scoring.registry import LoadedModel
-from app.security.kafka import faust_broker_credentials, kafka_client_kwargs, librdkafka_config
+from app.security.kafka import faust_broker_credentials, kafka_client_kwargs
 from app.settings import Settings
 from app.stream import metrics
 from app.stream.carddb import CardDBOptions
@@ -214,8 +213,8 @@ def create_app(
     source_name = settings.topic(topics.TRANSACTIONS)
     app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent
     app.fraudstream_chunk_topics = frozenset({*chunk_topics, source_name})
-    sink = _sink(settings, lambda: app.producer._ensure_producer(),
-                 {name: settings.topic(name) for name in topics.PIPELINE_TOPICS})
+    sink = BatchSink(lambda: app.producer._ensure_producer(),
+                     {name: settings.topic(name) for name in topics.PIPELINE_TOPICS})
     txns: TransactionalSink | None = None
     if settings.processing == "exactly_once":
         txns = _transactional_sink(settings, source_name)
@@ -296,23 +295,8 @@ def create_app(
         finally:
             if txns is not None:  # after the drain: what is still open is aborted
                 await asyncio.shield(txns.close())
-            if isinstance(sink, RdSink):  # after the drain: deliver what is queued
-                await asyncio.shield(sink.close())
 
     return fraud
-
-
-def _sink(settings: Settings, producer: Callable[[], Any], names: dict[str, str]) -> BatchSink:
-    """The at_least_once engine's sink: on librdkafka unless `sink_client` says aiokafka
-    (exactly_once produces through the transactional sink; this one only warms metadata)."""
-    if settings.sink_client == "aiokafka" or settings.processing == "exactly_once":
-        return BatchSink(producer, names)
-    from confluent_kafka import Producer
-
-    config = {**librdkafka_config(settings), "client.id": f"{settings.app_id}-engine",
-              "acks": "all", "enable.idempotence": True, "enable.gapless.guarantee": True,
-              "linger.ms": max(settings.producer_linger_ms, 2.0), "batch.size": 1 << 18}
-    return RdSink(producer, names, lambda: Producer(config))
 
 
 def _transactional_sink(settings: Settings, source_topic: str) -> TransactionalSink:
