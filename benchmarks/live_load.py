@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,14 +317,18 @@ def _raw_child(settings: Settings, total: int, ready: Any) -> None:  # noqa: ANN
     asyncio.run(raw_loop(settings, total, tag=True, ready=ready.set))
 
 
-def run_raw_step(base: Settings, lines: list[bytes], rate: float, seconds: float) -> Step:
+def run_raw_step(base: Settings, lines: list[bytes], rate: float, seconds: float,
+                 loop: Callable[[Settings, int, Any], None] | None = None) -> Step:
     """The raw consume → produce loop fed live like the worker: its own process, started and
-    in its group before the first event; latency from each copy's `src` header."""
+    in its group before the first event; latency from each copy's `src` header. `loop`
+    (default: aiokafka's, `raw_loop`) is called in that process with the settings, the number
+    of events to copy and an event to set once it owns its partitions: a module-level function
+    (the process is spawned)."""
     settings = fresh(base, uuid.uuid4().hex[:6])
     ctx = multiprocessing.get_context("spawn")
     n = int(rate * seconds)
     ready = ctx.Event()
-    child = ctx.Process(target=_raw_child, args=(settings, n, ready), daemon=True)
+    child = ctx.Process(target=loop or _raw_child, args=(settings, n, ready), daemon=True)
     child.start()
     try:
         if not ready.wait(60):

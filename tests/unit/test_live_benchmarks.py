@@ -11,9 +11,12 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+from client_ceiling import _bootstrap  # noqa: E402
+from client_ceiling import main as client_ceiling  # noqa: E402
 from live_ab import parse_variant, variant_settings  # noqa: E402
 from live_load import thread_cpu  # noqa: E402
 
@@ -35,6 +38,16 @@ def test_a_setting_is_loaded_as_one_and_the_stack_addresses_are_kept() -> None:
     settings = variant_settings(base, {"FRAUDSTREAM_MAX_BATCH": "1024", "AB_HOOK": "1"})
     assert settings.max_batch == 1024
     assert (settings.kafka_bootstrap, settings.redis_url) == ("127.0.0.1:1", "redis://x:2/0")
+
+
+def test_the_client_ceiling_takes_known_loops_on_a_plaintext_stack_only() -> None:
+    settings = load_settings({}).replace(kafka_bootstrap="127.0.0.1:1")
+    assert _bootstrap(settings) == {"bootstrap.servers": "127.0.0.1:1"}
+    with pytest.raises(click.UsageError, match="PLAINTEXT"):
+        _bootstrap(settings.replace(kafka_security_protocol="SSL"))
+    result = CliRunner().invoke(client_ceiling, ["--loops", "aiokafka,kafka-python"])
+    assert result.exit_code == 2
+    assert "unknown loops ['kafka-python']" in result.output
 
 
 def _burn(seconds: float) -> None:
