@@ -20,7 +20,7 @@ from app.kafka import topics
 from app.kafka.topics import ensure_topics
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings, load_settings
-from app.stack.kafka_cluster import KafkaCluster, broker_ids
+from app.stack.kafka_cluster import KafkaCluster, PartitionState, broker_ids
 from app.stack.manager import port_taken
 from tests.support.brokers import partitions
 from tests.support.procs import wait_until
@@ -86,15 +86,24 @@ async def _consume_all(settings: Settings, expected: int, timeout_s: float = 30.
     return seen
 
 
+def _described(settings: Settings, topic: str) -> list[PartitionState]:
+    """`topic`'s partitions once the broker asked knows the topic. `ensure_topics` waits until
+    the broker its admin client asks shows leaders; each broker gets the controller's metadata
+    on its own, so another broker can answer "unknown topic" (no partitions) a moment longer
+    (ci9: `describe_topics` on a new admin client, right after `ensure_topics`, found none)."""
+    return wait_until(lambda: partitions(settings, [topic]), timeout_s=30, interval_s=0.2,
+                      what=f"{topic} known to the broker asked")
+
+
 def test_three_brokers_and_replicated_topics(cluster: KafkaCluster) -> None:
     settings = cluster.settings
     assert asyncio.run(broker_ids(cluster.bootstrap)) == [1, 2, 3]
     asyncio.run(ensure_topics(settings))
-    parts = partitions(settings, [settings.topic(topics.TRANSACTIONS)])
+    parts = _described(settings, settings.topic(topics.TRANSACTIONS))
     assert len(parts) == 3
     for p in parts:
         assert len(p.replicas) == 3 and set(p.isr) == {1, 2, 3}, p
-    control = partitions(settings, [settings.topic(topics.CONTROL)])
+    control = _described(settings, settings.topic(topics.CONTROL))
     assert len(control) == 1 and len(control[0].replicas) == 3
 
 
@@ -102,12 +111,12 @@ def test_leader_sigkilled_mid_produce_loses_nothing(cluster: KafkaCluster) -> No
     settings = cluster.settings
     asyncio.run(ensure_topics(settings))
     topic = settings.topic(topics.TRANSACTIONS)
-    wait_until(lambda: all(len(p.isr) == 3 for p in partitions(settings, [topic])),
+    wait_until(lambda: all(len(p.isr) == 3 for p in _described(settings, topic)),
                timeout_s=30, interval_s=0.2, what="every replica in sync before the kill")
     half = MESSAGES // 2
     asyncio.run(_produce(settings, range(0, half)))
 
-    victim = partitions(settings, [topic])[0].leader
+    victim = _described(settings, topic)[0].leader
     node = cluster.node(victim)
     pid = node.process.pid()
     assert pid is not None, f"broker {victim} is not ours"
