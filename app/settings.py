@@ -85,7 +85,7 @@ class Settings:
         19192,
     )
     kafka_cluster_heap: str = _env(
-        "FRAUDSTREAM_KAFKA_CLUSTER_HEAP", "Cluster profile: JVM heap of each Kafka node.", "384m"
+        "FRAUDSTREAM_KAFKA_CLUSTER_HEAP", "Cluster profile: JVM heap of each Kafka node.", "768m"
     )
     redis_port: int = _env("FRAUDSTREAM_REDIS_PORT", "Local Redis port.", 16379)
     redis_cluster_port: int = _env(

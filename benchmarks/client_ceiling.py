@@ -33,10 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_load import Step, run_raw_step  # noqa: E402
-from pipeline_bench import bench_stack  # noqa: E402
+from pipeline_bench import bench_stack, raw_loop  # noqa: E402
 
 from app.kafka import topics  # noqa: E402
-from app.security.kafka import kafka_client_kwargs  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from tests.support.pipeline import lines_of, make_log  # noqa: E402
 
@@ -45,6 +44,8 @@ from tests.support.pipeline import lines_of, make_log  # noqa: E402
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 2}
 #: the most records one `consume` call takes (aiokafka's loop: `max_records=1000`)
 CONSUME_MAX = 1000
+#: `RdProducer` serves its delivery reports once every this many records
+POLL_EVERY = 500
 
 
 def _bootstrap(settings: Settings) -> dict[str, Any]:
@@ -89,38 +90,38 @@ def rd_loop(settings: Settings, total: int, ready: Any) -> None:  # noqa: ANN401
         consumer.close()
 
 
-async def _aio_in_rd_out(settings: Settings, total: int, ready: Any) -> None:  # noqa: ANN401
-    from aiokafka import AIOKafkaConsumer
-    from confluent_kafka import Producer
+class RdProducer:
+    """librdkafka's `Producer` behind the part of aiokafka's producer `raw_loop` uses: `send`
+    queues the record (delivery reports served every `POLL_EVERY` records), `flush` waits for
+    every delivery."""
 
-    consumer = AIOKafkaConsumer(settings.topic(topics.TRANSACTIONS),
-                                **kafka_client_kwargs(settings),
-                                group_id=f"mix-{uuid.uuid4().hex[:6]}",
-                                auto_offset_reset="earliest", enable_auto_commit=True)
-    producer = Producer({**_bootstrap(settings), **PRODUCER})
-    await consumer.start()
-    sink = settings.topic(topics.ACTIONS_DLQ)
-    seen = 0
-    try:
-        while not consumer.assignment():
-            assert not await consumer.getmany(timeout_ms=100), "input before ready"
-        ready.set()
-        while seen < total:
-            batch = await consumer.getmany(timeout_ms=500, max_records=CONSUME_MAX)
-            for records in batch.values():
-                for r in records:
-                    producer.produce(sink, r.value, r.key,
-                                     headers=[("src", f"{r.partition}:{r.offset}".encode())])
-                seen += len(records)
-            producer.poll(0)
-        producer.flush(30)
-    finally:
-        await consumer.stop()
+    def __init__(self, settings: Settings) -> None:
+        from confluent_kafka import Producer
+
+        self._producer = Producer({**_bootstrap(settings), **PRODUCER})
+        self._queued = 0
+
+    async def start(self) -> None:
+        pass
+
+    async def send(self, topic: str, *, value: bytes, key: bytes | None,
+                   headers: list[tuple[str, bytes]] | None) -> None:
+        self._producer.produce(topic, value, key, headers=headers)
+        self._queued += 1
+        if self._queued % POLL_EVERY == 0:
+            self._producer.poll(0)
+
+    async def flush(self) -> None:
+        self._producer.flush(30)
+
+    async def stop(self) -> None:
+        pass
 
 
 def mixed_loop(settings: Settings, total: int, ready: Any) -> None:  # noqa: ANN401
-    """aiokafka's consumer (as live_load's raw loop), librdkafka's producer."""
-    asyncio.run(_aio_in_rd_out(settings, total, ready))
+    """aiokafka's consumer (live_load's raw loop itself), librdkafka's producer."""
+    asyncio.run(raw_loop(settings, total, tag=True, ready=ready.set,
+                         producer=RdProducer(settings)))
 
 
 #: loop name → what runs in the step's process (None: live_load's own aiokafka loop)

@@ -111,18 +111,20 @@ async def _partitions(consumer: object, name: str) -> set[int]:
 
 
 async def raw_loop(settings: Settings, total: int, *, tag: bool = False,
-                   ready: Callable[[], None] | None = None) -> None:
+                   ready: Callable[[], None] | None = None, producer: Any = None) -> None:
     """Consume → produce (same bytes) with aiokafka, committing as it goes. `tag`: each copy
     carries its source position in a `src` header (`partition:offset`, for latency);
-    `ready` is called once the consumer owns its partitions."""
+    `ready` is called once the consumer owns its partitions; `producer`: another unstarted
+    producer with aiokafka's `start` / `send` / `flush` / `stop` (default: aiokafka's, acks from
+    every in-sync replica, 5 ms linger)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     consumer = AIOKafkaConsumer(settings.topic(topics.TRANSACTIONS),
                                 **kafka_client_kwargs(settings),
                                 group_id=f"raw-{uuid.uuid4().hex[:6]}",
                                 auto_offset_reset="earliest", enable_auto_commit=True)
-    producer = AIOKafkaProducer(**kafka_client_kwargs(settings), acks="all",
-                                linger_ms=5)
+    if producer is None:
+        producer = AIOKafkaProducer(**kafka_client_kwargs(settings), acks="all", linger_ms=5)
     await consumer.start()
     await producer.start()
     seen = 0
