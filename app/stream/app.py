@@ -213,7 +213,6 @@ def create_app(
     source_name = settings.topic(topics.TRANSACTIONS)
     app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent
     app.fraudstream_chunk_topics = frozenset({*chunk_topics, source_name})
-    app.fraudstream_rd_topic = source_name  # PROTOTYPE
     sink = BatchSink(lambda: app.producer._ensure_producer(),
                      {name: settings.topic(name) for name in topics.PIPELINE_TOPICS})
     txns: TransactionalSink | None = None

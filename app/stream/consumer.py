@@ -308,12 +308,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
             self.chunk_topics - self.transactional_topics
             if getattr(self.app, "fraudstream_processing", "") == "exactly_once" else frozenset())
         self._gaps: dict[TP, set[int]] = {}  # gapped partitions: offsets known never handed
-        # PROTOTYPE: the score engine's input read through librdkafka
-        import os
-        self._rd_topic = (getattr(self.app, "fraudstream_rd_topic", None)
-                          if os.environ.get("FRAUDSTREAM_INPUT_CLIENT") == "librdkafka" else None)
-        self._rd_tps: frozenset[TP] = frozenset()
-        self._rd_stop: Any = None
 
     def _new_consumer_thread(self) -> FraudConsumerThread:
         return FraudConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -527,8 +521,6 @@ class FraudConsumer(faust_aiokafka.Consumer):
 
     async def on_partitions_revoked(self, revoked: set[TP]) -> None:
         """Commit what is done on the revoked partitions before Faust forgets their acks."""
-        if self._rd_topic is not None:
-            self._rd_start(frozenset())
         if not self.should_stop:
             self.stop_flow()  # what Faust does next anyway: no new chunk for the engine
             try:
@@ -573,74 +565,7 @@ class FraudConsumer(faust_aiokafka.Consumer):
             fetcher._fetch_min_bytes, fetcher._fetch_max_wait_ms = self._fetch_idle
 
     # --- correction 6: fetch for a copy; hand back records of paused partitions ----------------
-    def _rd_start(self, tps: frozenset[TP]) -> None:
-        import threading
-        if self._rd_stop is not None:
-            self._rd_stop.set()
-        self._rd_tps = tps
-        if not tps:
-            self._rd_stop = None
-            return
-        stop = self._rd_stop = threading.Event()
-        offsets = {tp: self._committed_offset.get(tp) for tp in tps}
-        broker = str(self.app.conf.broker[0]).split("://", 1)[-1]
-        threading.Thread(target=self._rd_run, args=(offsets, stop, asyncio.get_running_loop(),
-                                                    self.app.consumer_generation_id, broker),
-                         daemon=True, name="rd-input").start()
-
-    def _rd_run(self, offsets: dict[TP, int | None], stop: Any, loop: Any, generation: int,
-                broker: str) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer
-        from confluent_kafka import TopicPartition as RdTP
-        exactly = getattr(self.app, "fraudstream_processing", "") == "exactly_once"
-        c = Consumer({"bootstrap.servers": broker, "group.id": f"{self.app.conf.id}-rd",
-                      "enable.auto.commit": False, "enable.auto.offset.store": False,
-                      "fetch.wait.max.ms": 10,
-                      "isolation.level": "read_committed" if exactly else "read_uncommitted"})
-        c.assign([RdTP(tp.topic, tp.partition, OFFSET_BEGINNING if o is None else o)
-                  for tp, o in offsets.items()])
-        tps = {(tp.topic, tp.partition): tp for tp in offsets}
-        try:
-            while not stop.is_set():
-                batch = c.consume(1, timeout=0.1)
-                if not batch:
-                    continue
-                if self._busy():  # as a busy fetch waits at the broker
-                    time.sleep(BUSY_FETCH_MAX_WAIT_MS / 1000)
-                batch += c.consume(MAX_POLL_RECORDS - 1, timeout=0)
-                by_tp: dict[TP, list[Message]] = {}
-                make = ConsumerMessage
-                for m in batch:
-                    if m.error():
-                        continue
-                    tp = tps[(m.topic(), m.partition())]
-                    ts_type, ts = m.timestamp()
-                    key, value = m.key(), m.value()
-                    msg = make(tp.topic, tp.partition, m.offset(), ts / 1000.0, ts_type - 1,
-                               m.headers(), key, value, None,
-                               -1 if key is None else len(key), len(value), tp,
-                               generation_id=generation)
-                    by_tp.setdefault(tp, []).append(msg)
-                if by_tp and not stop.is_set():
-                    asyncio.run_coroutine_threadsafe(self._rd_deliver(generation, by_tp),
-                                                     loop).result()
-        finally:
-            c.close()
-
-    async def _rd_deliver(self, generation: int, by_tp: dict[TP, list[Message]]) -> None:
-        if not self.flow_active or self.app.consumer_generation_id != generation:
-            return
-        await self._deliver_chunk(generation, by_tp)
-
     async def _getmany(self, active_partitions: Any, timeout: float) -> Any:  # noqa: ASYNC109
-        if active_partitions is not None and self._rd_topic is not None:
-            rd = frozenset(tp for tp in active_partitions if tp.topic == self._rd_topic)
-            if rd != self._rd_tps:
-                self._rd_start(rd)
-            active_partitions = {tp for tp in active_partitions if tp.topic != self._rd_topic}
-            if not active_partitions:
-                await asyncio.sleep(timeout)
-                return {}
         if active_partitions is not None:
             self.pace_fetch(self._busy(), len(active_partitions))
             active_partitions = set(active_partitions)
