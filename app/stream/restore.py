@@ -4,9 +4,10 @@ Faust's recovery hands every changelog record through its consumer, one event at
 (~7k records/s measured, issue 26). For the card table, just before Faust seeks its changelog
 consumer, `CardRecovery` reads each assigned changelog partition itself with a plain aiokafka
 consumer, from the offset after the one the store holds (app.stream.carddb) to the end
-offset, applying whole fetches at once (one write batch with the new offset), one partition
-after the other. Faust then finds nothing left to read for actives and follows standbys from
-there on.
+offset, applying whole fetches at once (one write batch with the new offset): the raw reader
+one partition after the other, the consumer (exactly_once, or where the raw reader stops) every
+partition left at once. Faust then finds nothing left to read for actives and follows standbys
+from there on.
 
 Every record is fenced as Faust's path is (app.stream.cardstore.FencedTable): one behind the
 value held for its card, in the same partition, is dropped. A card's record goes to the
@@ -179,7 +180,7 @@ class ChangelogRestorer:
         #: (the raw reader does not filter them: it must be off then), and the end offset is
         #: the last stable one
         self.isolation_level = isolation_level
-        #: the consumer's longest wait for a fetch (see `_partition`)
+        #: the consumer's longest wait for a fetch (see `_consume`)
         self.poll_ms = 50
         self.max_records = max_records
         #: cards of one partition whose offsets a restore from nothing keeps in memory (~120
@@ -227,17 +228,24 @@ class ChangelogRestorer:
                 held = dict.fromkeys(held, -1)
             consumer.pause(*tps.values())
             raw = await self._raw_reader(kwargs, topic)
+            loads: list[_Load] = []
+            rest: dict[TopicPartition, tuple[int, int, _Load]] = {}
             for p, tp in sorted(tps.items()):
                 begin = max(held[p] + 1, begins[tp])
                 if begin < ends[tp]:
                     fresh = held[p] < 0 and target.offsets_cover_records
                     load = _Load(tp, target, fresh=fresh, max_fenced=self.max_fenced)
-                    await self._partition(consumer, raw, tp, begin, ends[tp], load)
-                    count += load.count
-                    self.skipped_stale += load.stale
+                    loads.append(load)
+                    if raw is not None:
+                        begin = await self._raw_read(raw, tp, begin, ends[tp], load)
+                    if begin < ends[tp]:
+                        rest[tp] = (begin, ends[tp], load)
                 # read up to the end: the offsets below it are held, records or not (a
                 # transactional changelog ends in a commit marker no consumer is handed)
                 done[p] = ends[tp] - 1
+            await self._consume(consumer, rest)
+            count = sum(load.count for load in loads)
+            self.skipped_stale += sum(load.stale for load in loads)
         finally:
             try:
                 target.flush()
@@ -275,34 +283,49 @@ class ChangelogRestorer:
         """Note why the consumer reads instead of the raw reader (the last ten reasons)."""
         self.handed_over = [*self.handed_over[-9:], why]
 
-    async def _partition(self, consumer: AIOKafkaConsumer, raw: RawReader | None,
-                         tp: TopicPartition, begin: int, end: int, load: _Load) -> None:
-        """Read `tp` from `begin` to `end` (exclusive) into `load`: with the raw reader, then
-        with the consumer from wherever the raw reader stopped."""
-        if raw is not None:
-            try:
-                begin = await raw.read(tp, begin, end, load)
-            except Unusual as exc:
-                why, begin = exc.args
-                self._hand_over(f"{tp.topic}[{tp.partition}]@{begin}: {why}")
-                log.warning("card state restore: %s[%d] from offset %d read by the consumer: %s",
-                            tp.topic, tp.partition, begin, why)
-        if begin >= end:
-            return
-        consumer.seek(tp, begin)
-        consumer.resume(tp)
+    async def _raw_read(self, raw: RawReader, tp: TopicPartition, begin: int, end: int,
+                        load: _Load) -> int:
+        """Read `tp` from `begin` towards `end` with the raw reader: where it stopped (`end`,
+        or where it handed the rest over to the consumer)."""
         try:
-            while await consumer.position(tp) < end:
+            return await raw.read(tp, begin, end, load)
+        except Unusual as exc:
+            why, begin = exc.args
+            self._hand_over(f"{tp.topic}[{tp.partition}]@{begin}: {why}")
+            log.warning("card state restore: %s[%d] from offset %d read by the consumer: %s",
+                        tp.topic, tp.partition, begin, why)
+            return begin
+
+    async def _consume(self, consumer: AIOKafkaConsumer,
+                       rest: dict[TopicPartition, tuple[int, int, _Load]]) -> None:
+        """Read every partition of `rest` (tp → begin, end exclusive, its load) with the
+        consumer, all at once: one partition after the other cost a few fetch round trips each
+        (exactly_once's changelogs end in a commit marker, passed by a fetch of its own), ~0.1 s
+        a partition in a rebalance's hand-over. Each partition's records go to its own load in
+        changelog order."""
+        reading = dict(rest)
+        for tp, (begin, _, _) in reading.items():
+            consumer.seek(tp, begin)
+        if reading:
+            consumer.resume(*reading)
+        try:
+            while reading:
                 # short waits: a fetch of only commit markers or aborted records (exactly_once)
                 # moves the position but hands out nothing, and a long wait would sit it out
-                fetched = await consumer.getmany(tp, timeout_ms=self.poll_ms,
+                fetched = await consumer.getmany(*reading, timeout_ms=self.poll_ms,
                                                  max_records=self.max_records)
-                records = fetched.get(tp, [])
-                if records and records[-1].offset >= end:  # written since we began
-                    records = [r for r in records if r.offset < end]
-                load.apply(records)
+                for tp, records in fetched.items():
+                    _, end, load = reading[tp]
+                    if records and records[-1].offset >= end:  # written since we began
+                        records = [r for r in records if r.offset < end]
+                    load.apply(records)
+                for tp in list(reading):
+                    if await consumer.position(tp) >= reading[tp][1]:
+                        consumer.pause(tp)
+                        del reading[tp]
         finally:
-            consumer.pause(tp)
+            if reading:
+                consumer.pause(*reading)
 
 
 def standby_lag(recovery: Any) -> int:
