@@ -21,7 +21,8 @@ import orjson
 from app.transactions.contract import MIN_TS_MS
 
 _ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
-_ALLOWED: Final = ("txn_id", "card_id", "label", "reported_at", "label_ts_ms", "source")
+_ALLOWED: Final = ("txn_id", "card_id", "label", "reported_at", "label_ts_ms", "source",
+                   "merchant_id", "ts_ms")
 #: reported_at may lie at most this far in the future (clock skew of the reporting system).
 _FUTURE_SLACK_MS: Final = 86_400_000
 LABEL_SCHEME: Final = "fraudstream.label-id.v1"
@@ -57,6 +58,10 @@ class LabelRecord:
     reported_at_ms: int
     source: str
     by: str | None = None
+    #: the labelled transaction's merchant and event time, when the reporter knows them: only
+    #: such labels feed the merchant features (app.features.merchant)
+    merchant_id: str | None = None
+    txn_ts_ms: int | None = None
 
     @property
     def key(self) -> bytes:
@@ -67,13 +72,15 @@ class LabelRecord:
         return orjson.dumps({"label_id": self.label_id, "txn_id": self.txn_id,
                              "card_id": self.card_id, "label": self.label,
                              "reported_at_ms": self.reported_at_ms, "source": self.source,
-                             "by": self.by})
+                             "by": self.by, "merchant_id": self.merchant_id,
+                             "txn_ts_ms": self.txn_ts_ms})
 
     @classmethod
     def from_json(cls, raw: bytes) -> LabelRecord:
         obj = orjson.loads(raw)
         return cls(obj["label_id"], obj["txn_id"], obj["card_id"], int(obj["label"]),
-                   int(obj["reported_at_ms"]), obj["source"], obj.get("by"))
+                   int(obj["reported_at_ms"]), obj["source"], obj.get("by"),
+                   obj.get("merchant_id"), obj.get("txn_ts_ms"))
 
     def as_label(self) -> Label | None:
         """The training-set shape (transaction labels only)."""
@@ -91,7 +98,8 @@ def parse_label_row(row: Any, *, now_ms: int, default_source: str = "import") ->
     """One input row (a decoded JSON object or a Parquet row as a dict): `txn_id` and/or
     `card_id`, `label` (0, 1, true, false), `reported_at` (ms since epoch, or an ISO 8601 time
     with a UTC offset; `label_ts_ms`, as `generate --labels` writes it, is taken for it),
-    optional `source`. Raises LabelError naming the field."""
+    optional `source`, optional `merchant_id` and `ts_ms` (the labelled transaction's merchant
+    and event time: they feed the merchant features). Raises LabelError naming the field."""
     if not isinstance(row, dict):
         raise LabelError(None, "row: must be a JSON object")
     present = {k: v for k, v in row.items() if v is not None}  # Parquet nulls: absent
@@ -99,7 +107,7 @@ def parse_label_row(row: Any, *, now_ms: int, default_source: str = "import") ->
         if name not in _ALLOWED:
             raise LabelError(name, f"{name}: unknown field (allowed: {', '.join(_ALLOWED)})")
     ids = {}
-    for name in ("txn_id", "card_id"):
+    for name in ("txn_id", "card_id", "merchant_id"):
         value = present.get(name)
         if value is not None and (type(value) is not str or not _ID_RE.fullmatch(value)):
             raise LabelError(name, f"{name}: must be 1..64 characters of [A-Za-z0-9_.:-]")
@@ -128,8 +136,13 @@ def parse_label_row(row: Any, *, now_ms: int, default_source: str = "import") ->
     source = present.get("source", default_source)
     if type(source) is not str or not _ID_RE.fullmatch(source):
         raise LabelError("source", "source: must be 1..64 characters of [A-Za-z0-9_.:-]")
+    txn_ts = present.get("ts_ms")
+    if txn_ts is not None and (type(txn_ts) is not int or not MIN_TS_MS <= txn_ts <= reported):
+        raise LabelError("ts_ms", "ts_ms: the transaction's event time, ms since epoch, at or "
+                         "before reported_at")
     return LabelRecord(label_id(ids["txn_id"], ids["card_id"], label, reported, source),
-                       ids["txn_id"], ids["card_id"], label, reported, source)
+                       ids["txn_id"], ids["card_id"], label, reported, source,
+                       merchant_id=ids["merchant_id"], txn_ts_ms=txn_ts)
 
 
 def _reported_at_ms(value: Any) -> int:
