@@ -1,12 +1,16 @@
-"""`fraudstream generate`: write a synthetic, labelled transaction log (JSONL or Parquet)."""
+"""`fraudstream generate`: write a labelled transaction log (synthetic, or the Handbook's)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import click
+from click.core import ParameterSource
 
 from app.cli.errors import require_parent_dir
 from app.datagen.config import DEFAULT_START_MS, MAX_DAYS, GeneratorConfig, parse_time_ms
@@ -14,6 +18,11 @@ from app.datagen.generator import generate_log
 from app.datagen.log import LogCounts
 from app.datagen.writer import output_format, write_log
 from app.settings import load_settings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from app.datagen.handbook import HandbookDataset
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +41,25 @@ class _TimeParam(click.ParamType):
 
 
 _FRACTION = click.FloatRange(0.0, 1.0)
+Profile = Literal["synthetic", "handbook"]
+#: options only the synthetic profile reads; given with --profile handbook they are refused
+_SYNTHETIC_ONLY = ("cards", "txns", "seed", "start", "out_of_order", "redelivery", "malformed",
+                   "fraud_rate", "merchants", "now_ms", "drift_spec")
+_HANDBOOK_ONLY = ("customers", "terminals")
 
 
 @click.command(context_settings={"max_content_width": 120})
+@click.option("--profile", type=click.Choice(["synthetic", "handbook"]), default="synthetic",
+              show_default=True,
+              help="synthetic: fraudstream's own generator. handbook: the Fraud Detection "
+                   "Handbook's simulated dataset (5,000 customers, 10,000 terminals, 183 days "
+                   "from 2018-04-01), JSONL only, takes --out, --labels, --days, --customers, "
+                   "--terminals and refuses the synthetic-only options; also writes OUT's stem "
+                   "+ .scenarios.parquet (txn_id, scenario).")
+@click.option("--customers", type=click.IntRange(min=1), default=None,
+              help="handbook: number of customers (cards) [default: 5000].")
+@click.option("--terminals", type=click.IntRange(min=1), default=None,
+              help="handbook: number of terminals (merchants) [default: 10000].")
 @click.option("--cards", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Number of cards.")
 @click.option("--txns", type=click.IntRange(min=1), default=100_000, show_default=True,
@@ -44,13 +69,14 @@ _FRACTION = click.FloatRange(0.0, 1.0)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Transactions file: Parquet if it ends in .parquet, else JSONL.")
 @click.option("--labels", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Labels JSONL file {txn_id, label, label_ts_ms} [default: OUT's stem + "
+              help="Labels JSONL file {txn_id, label, label_ts_ms} (handbook: a label row "
+                   "per transaction, reported 7 days after it) [default: OUT's stem + "
                    ".labels.jsonl].")
 @click.option("--start", type=_TimeParam(), default=DEFAULT_START_MS,
               help="First event time: ISO date/datetime (UTC if no zone) or ms since epoch "
                    "[default: 2026-01-01T00:00:00Z].")
 @click.option("--days", type=click.IntRange(min=1, max=MAX_DAYS), default=14, show_default=True,
-              help="Days of event time the log covers.")
+              help="Days of event time the log covers [handbook default: 183].")
 @click.option("--out-of-order", type=_FRACTION, default=0.0, show_default=True,
               help="Fraction of events displaced in file order; ~10% of them beyond the "
                    "allowed lateness (genuinely late), the rest within it.")
@@ -70,17 +96,34 @@ _FRACTION = click.FloatRange(0.0, 1.0)
               help="Drift from a point in event time: comma-separated KEY=VALUE, from=TIME, "
                    "amount=xF (amounts scaled), country=CC:SHARE (a new country mix), "
                    "fraud-rate=R (extra fraud incidents), e.g. from=2026-01-03,amount=x3.")
+@click.pass_context
 def generate(
+    ctx: click.Context, profile: Profile, customers: int | None, terminals: int | None,
     cards: int, txns: int, seed: int, out: Path, labels: Path | None, start: int, days: int,
     out_of_order: float, redelivery: float, malformed: float, fraud_rate: float,
     merchants: int | None, now_ms: int | None, drift_spec: str | None,
 ) -> None:
-    """Generate a synthetic card-transaction log with labelled fraud patterns.
+    """Generate a synthetic card-transaction log with labelled fraud patterns, or with
+    --profile handbook the Fraud Detection Handbook's simulated dataset (docs/handbook.md).
 
     Every valid line passes the transaction contract at a clock of end of data + 1 day.
     A JSONL file holds one message per line: bad messages are raw bytes (never containing a
     line break), so read it in binary and split on b"\\n" only.
     """
+    given = {name for name in (*_SYNTHETIC_ONLY, *_HANDBOOK_ONLY)
+             if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT}
+    if profile == "handbook":
+        if given & set(_SYNTHETIC_ONLY):
+            raise click.UsageError(f"--profile handbook does not take "
+                                   f"{_flags(given & set(_SYNTHETIC_ONLY))}: it "
+                                   "generates the book's dataset with the book's seeds")
+        if ctx.get_parameter_source("days") is ParameterSource.DEFAULT:
+            days = 183
+        _generate_handbook(out, labels, days, customers, terminals)
+        return
+    if given & set(_HANDBOOK_ONLY):
+        raise click.UsageError(f"{_flags(given & set(_HANDBOOK_ONLY))}: only with --profile "
+                               "handbook")
     if output_format(out) == "parquet" and malformed > 0:
         raise click.BadParameter(
             "Parquet cannot hold malformed messages; use a .jsonl output or --malformed 0",
@@ -147,3 +190,67 @@ def _print_summary(counts: LogCounts, out: Path, labels: Path, elapsed: float) -
     console = Console()
     console.print(table)
     console.print(f"transactions: {out}\nlabels:       {labels}")
+
+
+def _flags(names: set[str]) -> str:
+    options = {"now_ms": "now", "drift_spec": "drift"}
+    return ", ".join(f"--{options.get(n, n).replace('_', '-')}" for n in sorted(names))
+
+
+def _generate_handbook(out: Path, labels: Path | None, days: int, customers: int | None,
+                       terminals: int | None) -> None:
+    from app.datagen import handbook
+
+    if output_format(out) == "parquet":
+        raise click.BadParameter("the handbook profile writes JSONL", param_hint="--out")
+    labels_path = labels or out.with_name(f"{out.stem}.labels.jsonl")
+    scenarios_path = out.with_name(f"{out.stem}.scenarios.parquet")
+    if labels_path.resolve() == out.resolve():
+        raise click.BadParameter("must differ from --out", param_hint="--labels")
+    if scenarios_path.resolve() in (out.resolve(), labels_path.resolve()):
+        raise click.BadParameter(f"{scenarios_path} is the scenarios file; choose another name",
+                                 param_hint="--out")
+    require_parent_dir(out, "--out")
+    require_parent_dir(labels, "--labels")
+    began = time.perf_counter()
+    dataset = handbook.generate_handbook(
+        n_customers=customers or handbook.N_CUSTOMERS,
+        n_terminals=terminals or handbook.N_TERMINALS, nb_days=days)
+    _write_atomic(out, handbook.transaction_chunks(dataset))
+    _write_atomic(labels_path, handbook.label_chunks(dataset))
+    _write_scenarios(handbook.scenario_table(dataset), scenarios_path)
+    elapsed = time.perf_counter() - began
+    log.info("wrote %d handbook transactions to %s", len(dataset), out)
+    click.echo(_handbook_summary(dataset, elapsed))
+    click.echo(f"transactions: {out}\nlabels:       {labels_path}\nscenarios:    "
+               f"{scenarios_path}")
+
+
+def _handbook_summary(dataset: HandbookDataset, elapsed: float) -> str:
+    n, frauds = len(dataset), dataset.frauds
+    rate = 100 * frauds / n if n else 0.0
+    per = " / ".join(f"{c:,}" for c in dataset.scenario_counts().values())
+    return (f"handbook: {n:,} transactions, {frauds:,} frauds ({rate:.4f} %), scenarios 1 / 2 "
+            f"/ 3: {per}, in {elapsed:.1f} s")
+
+
+def _write_atomic(path: Path, chunks: Iterable[bytes]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_scenarios(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
