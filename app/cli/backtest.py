@@ -178,15 +178,18 @@ def backtest(events: Path, labels_path: Path, policy_path: Path | None, version:
     lists = _read_lists(lists_path)
     # labels are checked against the wall clock (the log's validator clock may lie before
     # the labels came in: chargebacks arrive weeks later)
-    truth = Truth.of(_read_labels(labels_path, max(clock, int(time.time() * 1000))))
+    records = _read_labels(labels_path, max(clock, int(time.time() * 1000)))
+    truth = Truth.of(records)
     began = time.perf_counter()
+    from app.features.merchant import MerchantTable
     from app.features.offline import compute_features
 
     with progress_bar(events) as progress:
         offline = compute_features(
             events, progress=progress, now_ms=clock, max_bytes=settings.max_message_bytes,
             allowed_lateness_ms=settings.allowed_lateness_ms if lateness_ms is None
-            else lateness_ms, extra=("merchant_id", "amount_minor"))
+            else lateness_ms, extra=("merchant_id", "amount_minor"),
+            merchants=MerchantTable.of(records))  # known before each day: no look-ahead
     if offline.accepted == 0:
         raise click.ClickException(f"no valid transaction in {events} ({offline.summary()}): "
                                    "nothing to backtest; is it a transaction log?")

@@ -17,6 +17,7 @@ from app.settings import load_settings
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from app.features.merchant import MerchantTable
     from app.features.offline import OfflineResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,12 +63,28 @@ def _check_log(events: Path) -> None:
                                  "(expected .jsonl or .parquet)", param_hint="--events")
 
 
+def merchant_table(labels: Path | None) -> MerchantTable | None:
+    """The label file's merchant features (None without one), a bad row a usage error."""
+    if labels is None:
+        return None
+    from app.features.merchant import MerchantTable
+    from app.transactions.labelfile import read_label_records
+
+    try:
+        return MerchantTable.of(read_label_records(labels))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--labels") from None
+
+
 def _run_offline(
-    events: Path, lateness_ms: int | None, now_ms: int | None, out: Path | None = None
+    events: Path, lateness_ms: int | None, now_ms: int | None, out: Path | None = None,
+    labels: Path | None = None, extra: tuple[str, ...] = (),
 ) -> tuple[OfflineResult, float]:
-    """Features of the log (streamed to `out` when given, else kept in the result's table)."""
+    """Features of the log (streamed to `out` when given, else kept in the result's table);
+    the merchant features from `labels` (none: as without any label)."""
     from app.features.offline import compute_features, write_features
 
+    merchants = merchant_table(labels)
     settings = load_settings()
     lateness = settings.allowed_lateness_ms if lateness_ms is None else lateness_ms
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -76,11 +93,13 @@ def _run_offline(
     with progress_bar(events) as progress:
         if out is None:
             result = compute_features(events, allowed_lateness_ms=lateness, now_ms=now,
-                                      max_bytes=settings.max_message_bytes, progress=progress)
+                                      max_bytes=settings.max_message_bytes, progress=progress,
+                                      merchants=merchants, extra=extra)
         else:
             try:
                 result = write_features(events, out, allowed_lateness_ms=lateness, now_ms=now,
-                                        max_bytes=settings.max_message_bytes, progress=progress)
+                                        max_bytes=settings.max_message_bytes, progress=progress,
+                                        merchants=merchants)
             except ValueError as exc:
                 raise click.BadParameter(str(exc), param_hint="--out") from None
     return result, time.perf_counter() - t0
@@ -112,7 +131,9 @@ def features(events: Path, lateness_ms: int | None, now_ms: int | None, out: Pat
 @click.command("training-set")
 @_offline_options
 @click.option("--labels", required=True, type=_EVENTS,
-              help='JSONL of {"txn_id", "label", "label_ts_ms"}.')
+              help='JSONL of {"txn_id", "label", "label_ts_ms"} or label rows as `fraudstream '
+              'labels` reads them (those naming merchant_id and ts_ms feed the merchant '
+              'features).')
 @click.option("--out", required=True, type=_OUT, help="Output: .parquet or .jsonl.")
 @click.option("--as-of", "as_of", type=int, default=None,
               help="Use only labels known by then (label_ts_ms <= AS_OF, ms since epoch).")
@@ -121,7 +142,7 @@ def training_set(events: Path, lateness_ms: int | None, now_ms: int | None, labe
     """Labels joined point-in-time to the features their transaction was served."""
     from app.features.training_set import build_training_set, read_labels
 
-    result, _ = _run_offline(events, lateness_ms, now_ms)
+    result, _ = _run_offline(events, lateness_ms, now_ms, labels=labels)
     try:
         ts = build_training_set(result, read_labels(labels), as_of_ms=as_of)
     except ValueError as exc:
@@ -155,13 +176,25 @@ def _served_rows(source: str) -> Iterator[object]:
 @_offline_options
 @click.option("--examples", type=click.IntRange(min=0), default=3, show_default=True,
               help="Mismatch examples shown per feature.")
+@click.option("--labels", type=_EVENTS, default=None,
+              help="The label log the workers read (JSONL or Parquet label rows): the merchant "
+              "features are recomputed from it (without: as without any label).")
 def audit_skew(served: str, events: Path, lateness_ms: int | None, now_ms: int | None,
-               examples: int) -> None:
+               examples: int, labels: Path | None) -> None:
     """Recompute features offline and compare every served vector bit for bit (exit 1 on skew)."""
     from app.features.audit import audit
 
-    result, _ = _run_offline(events, lateness_ms, now_ms)
-    report = audit(_served_rows(served), result.table)
+    result, _ = _run_offline(events, lateness_ms, now_ms, labels=labels,
+                             extra=("merchant_id",) if labels is not None else ())
+    book = None
+    if labels is not None:
+        from app.features.merchant import MerchantBook
+        from app.transactions.labelfile import read_label_records
+
+        book = MerchantBook()
+        for rec in read_label_records(labels):
+            book.add(rec)
+    report = audit(_served_rows(served), result.table, labels=book)
     click.echo(result.summary())
     click.echo(report.render(examples=examples))
     if not report.ok:

@@ -46,15 +46,18 @@ def _write_jsonl(path: Path, lines: Iterable[bytes]) -> None:
               help="Allowed lateness L [default: FRAUDSTREAM_ALLOWED_LATENESS_MS].")
 @click.option("--now-ms", type=int, default=None,
               help="Validator clock in ms since epoch [default: the wall clock].")
+@click.option("--labels", type=_FILE, default=None,
+              help="The label log the workers read (label rows as `fraudstream labels` reads "
+              "them): the merchant features come from it (without: as without any label).")
 def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
           served_out: Path | None, freeze: float | None, alert: float | None,
-          lateness_ms: int | None, now_ms: int | None) -> None:
+          lateness_ms: int | None, now_ms: int | None, labels: Path | None) -> None:
     """Score a log offline (same features, model and policy as the worker) → actions JSONL.
 
     Accepted transactions are scored once, in log order, on CPU; malformed and late lines
     yield nothing, nor does a redelivery. decided_at_ms is the transaction's ts_ms.
     """
-    from app.cli.features import progress_bar
+    from app.cli.features import merchant_table, progress_bar
     from app.scoring.contract import ModelError
     from app.scoring.oracle import run_oracle
     from app.scoring.registry import ModelRegistry
@@ -80,7 +83,7 @@ def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
             allowed_lateness_ms=settings.allowed_lateness_ms if lateness_ms is None
             else lateness_ms,
             now_ms=int(time.time() * 1000) if now_ms is None else now_ms,
-            max_bytes=settings.max_message_bytes,
+            max_bytes=settings.max_message_bytes, merchants=merchant_table(labels),
         )
     if run.offline.accepted == 0:
         raise click.ClickException(

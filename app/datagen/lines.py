@@ -15,7 +15,9 @@ _TXN_FORMAT: Final = (
     b'{"txn_id":"t%s-%09d","card_id":"c%07d","ts_ms":%d,"amount_minor":%d,"currency":"%s",'
     b'"merchant_id":"m%07d","mcc":%d,"country":"%s","channel":"%s"}'
 )
-_LABEL_FORMAT: Final = b'{"txn_id":"t%s-%09d","label":%d,"label_ts_ms":%d}'
+# The labelled transaction's merchant and event time ride along: they feed the merchant features.
+_LABEL_FORMAT: Final = (b'{"txn_id":"t%s-%09d","label":%d,"label_ts_ms":%d,"merchant_id":"m%07d",'
+                        b'"ts_ms":%d}')
 _CURRENCY: Final = [c.currency.encode() for c in COUNTRIES]
 _COUNTRY: Final = [c.code.encode() for c in COUNTRIES]
 _CHANNEL: Final = [c.encode() for c in CHANNEL_NAMES]
@@ -66,8 +68,10 @@ def label_lines(tag: str, txns: TxnColumns, label_ts: np.ndarray, rows: np.ndarr
     t = tag.encode()
     fraud = (txns.pattern[rows] != LEGIT).astype(np.int64).tolist()
     return [
-        _LABEL_FORMAT % (t, r, f, lt)
-        for r, f, lt in zip(rows.tolist(), fraud, label_ts[rows].tolist(), strict=True)
+        _LABEL_FORMAT % (t, r, f, lt, m, ts)
+        for r, f, lt, m, ts in zip(rows.tolist(), fraud, label_ts[rows].tolist(),
+                                   txns.merchant[rows].tolist(), txns.ts[rows].tolist(),
+                                   strict=True)
     ]
 
 

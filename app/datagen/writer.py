@@ -41,7 +41,8 @@ def write_jsonl(log: GeneratedLog, path: Path) -> None:
 
 
 def write_labels(log: GeneratedLog, path: Path) -> None:
-    """{"txn_id", "label", "label_ts_ms"} per transaction, in file order; written atomically."""
+    """{"txn_id", "label", "label_ts_ms", "merchant_id", "ts_ms"} per transaction, in file order;
+    written atomically."""
     _write_chunks(path, log.label_chunks())
 
 

@@ -10,7 +10,8 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from app.features.declaration import FEATURE_NAMES
+from app.features.declaration import DAY_MS, FEATURE_NAMES, MERCHANT_FEATURE_NAMES
+from app.features.merchant import MerchantBook
 
 #: Compared per served row besides the features (the served row must name the same event).
 _CHECKED: Final = ("ts_ms", *FEATURE_NAMES)
@@ -87,18 +88,29 @@ def same_value(served: Any, expected: Any) -> bool:
     return bool(served == expected)
 
 
+_MERCHANT_AT: Final = len(_CHECKED) - len(MERCHANT_FEATURE_NAMES)
+
+
 def _offline_index(table: pa.Table) -> dict[Key, tuple[Any, ...]]:
     cols = [table.column(name).to_pylist() for name in ("card_id", "txn_id", *_CHECKED)]
     return {(row[0], row[1]): row[2:] for row in zip(*cols, strict=True)}
 
 
-def audit(served_rows: Iterable[object], offline_table: pa.Table) -> AuditReport:
+def audit(served_rows: Iterable[object], offline_table: pa.Table, *,
+          labels: MerchantBook | None = None) -> AuditReport:
     """Compare each served row (redeliveries included) with the offline row of its transaction.
 
     A served row is a mapping with txn_id, card_id, ts_ms and features ({name: value}); any
-    other item counts as invalid. Offline rows are keyed by (card_id, txn_id).
+    other item counts as invalid. Offline rows are keyed by (card_id, txn_id). The offline
+    merchant features are those of the whole label log; a row served with a label cut before
+    its transaction's day (`label_cut_ms`) is compared with the merchant features of that cut,
+    recomputed from `labels` (the same log as a book; the table must carry `merchant_id`).
     """
     expected_by_key = _offline_index(offline_table)
+    merchant_of: dict[Key, str] = {}
+    if labels is not None and "merchant_id" in offline_table.column_names:
+        cols = [offline_table.column(n).to_pylist() for n in ("card_id", "txn_id", "merchant_id")]
+        merchant_of = {(c, t): m for c, t, m in zip(*cols, strict=True)}
     report = AuditReport()
     served_keys: set[Key] = set()
     for row in served_rows:
@@ -114,6 +126,11 @@ def audit(served_rows: Iterable[object], offline_table: pa.Table) -> AuditReport
             report.missing_offline.append(key)
             continue
         report.compared += 1
+        cut = row.get("label_cut_ms")
+        if (type(cut) is int and labels is not None and key in merchant_of
+                and cut // DAY_MS < expected[0] // DAY_MS):
+            at_cut = labels.vector(merchant_of[key], expected[0], cut)
+            expected = (*expected[:_MERCHANT_AT], *at_cut)
         bad = False
         served_values = [row.get("ts_ms", ABSENT), *(feats.get(n, ABSENT) for n in FEATURE_NAMES)]
         for name, got, want in zip(_CHECKED, served_values, expected, strict=True):

@@ -6,8 +6,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Aggregate = Literal["count", "sum", "max", "mean", "distinct", "since_prev", "ratio_to_mean"]
-SourceField = Literal["amount_minor", "merchant_id", "country", "ts_ms"]
+Aggregate = Literal["count", "sum", "max", "mean", "distinct", "since_prev", "ratio_to_mean",
+                    "labelled", "fraud_share"]
+SourceField = Literal["amount_minor", "merchant_id", "country", "ts_ms", "label"]
+#: Whose history a feature aggregates: the card's own events, or the merchant's.
+Entity = Literal["card", "merchant"]
+#: Which topic a feature is folded from: the card's transactions, or the labels.
+Feed = Literal["transactions", "labels"]
 Dtype = Literal["int64", "float64"]
 FeatureValue = int | float
 
@@ -20,6 +25,8 @@ AGGREGATE_DTYPES: Final[Mapping[str, Dtype]] = {
     "distinct": "int64",
     "since_prev": "int64",
     "ratio_to_mean": "float64",
+    "labelled": "int64",
+    "fraud_share": "float64",
 }
 #: Which source fields each aggregate may read.
 _SOURCES: Final[Mapping[str, frozenset[str]]] = {
@@ -30,7 +37,17 @@ _SOURCES: Final[Mapping[str, frozenset[str]]] = {
     "distinct": frozenset({"merchant_id", "country"}),
     "since_prev": frozenset({"ts_ms"}),
     "ratio_to_mean": frozenset({"amount_minor"}),
+    "labelled": frozenset({"label"}),
+    "fraud_share": frozenset({"label"}),
 }
+#: The aggregates of each feed (and so of each entity: merchants are seen through labels only).
+_FEED_AGGREGATES: Final[Mapping[str, frozenset[str]]] = {
+    "transactions": frozenset({"count", "sum", "max", "mean", "distinct", "since_prev",
+                               "ratio_to_mean"}),
+    "labels": frozenset({"labelled", "fraud_share"}),
+}
+#: Label-fed windows are whole UTC days (a label is known from the day after it is reported).
+DAY_MS: Final = 86_400_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,7 +64,13 @@ class Window:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Feature:
-    """One model input: an aggregate of a source field over a window of the card's events."""
+    """One model input: an aggregate of a source field over a window of an entity's history.
+
+    Card features (`entity="card"`, `feed="transactions"`) aggregate the card's own events over
+    (τ − W, τ]. Merchant features (`entity="merchant"`, `feed="labels"`) aggregate the labels of
+    the merchant's transactions over whole days that end `delay` before τ's day: see
+    app/features/merchant.py for the exact rule.
+    """
 
     name: str
     aggregate: Aggregate
@@ -55,8 +78,23 @@ class Feature:
     window: Window
     dtype: Dtype
     description: str
+    entity: Entity = "card"
+    feed: Feed = "transactions"
+    delay: Window | None = None
 
     def __post_init__(self) -> None:
+        if self.aggregate not in _FEED_AGGREGATES[self.feed]:
+            raise ValueError(f"feature {self.name}: {self.aggregate} is not an aggregate of the "
+                             f"{self.feed} feed")
+        if (self.entity == "merchant") != (self.feed == "labels"):
+            raise ValueError(f"feature {self.name}: merchant features come from labels, card "
+                             "features from transactions")
+        if self.feed == "labels" and (self.delay is None or self.window.ms % DAY_MS
+                                      or self.delay.ms % DAY_MS):
+            raise ValueError(f"feature {self.name}: a label-fed window and its delay are whole "
+                             "days")
+        if self.feed == "transactions" and self.delay is not None:
+            raise ValueError(f"feature {self.name}: only label-fed features have a delay")
         if AGGREGATE_DTYPES.get(self.aggregate) != self.dtype:
             raise ValueError(f"feature {self.name}: {self.aggregate} yields "
                              f"{AGGREGATE_DTYPES.get(self.aggregate)}, declared {self.dtype}")
@@ -70,7 +108,16 @@ W1M: Final = Window(name="1m", ms=60_000)
 W5M: Final = Window(name="5m", ms=300_000)
 W1H: Final = Window(name="1h", ms=3_600_000)
 W24H: Final = Window(name="24h", ms=86_400_000)
+W7D: Final = Window(name="7d", ms=7 * 86_400_000)
+W30D: Final = Window(name="30d", ms=30 * 86_400_000)
 WINDOWS: Final[tuple[Window, ...]] = (W1M, W5M, W1H, W24H)
+#: Card windows of long history: only count and mean are declared over them.
+LONG_WINDOWS: Final[tuple[Window, ...]] = (W7D, W30D)
+W1D: Final = Window(name="1d", ms=DAY_MS)
+#: How long after a transaction its label is taken to be known (the Fraud Detection Handbook's
+#: delay): merchant windows end this long before the scored transaction's day.
+LABEL_DELAY: Final = W7D
+MERCHANT_WINDOWS: Final[tuple[Window, ...]] = (W1D, W7D, W30D)
 
 
 def _amount_features(w: Window) -> tuple[Feature, ...]:
@@ -88,6 +135,24 @@ def _amount_features(w: Window) -> tuple[Feature, ...]:
     )
 
 
+def _long_features(w: Window) -> tuple[Feature, ...]:
+    return tuple(f for f in _amount_features(w) if f.aggregate in ("count", "mean"))
+
+
+def _merchant_features(w: Window) -> tuple[Feature, ...]:
+    days = f"the {w.name} ending {LABEL_DELAY.name} before the transaction's day"
+    return (
+        Feature(name=f"merchant_labelled_{w.name}", aggregate="labelled", source="label",
+                window=w, dtype="int64", entity="merchant", feed="labels", delay=LABEL_DELAY,
+                description=f"Labels known (reported before the transaction's day) for the "
+                f"merchant's transactions of {days}."),
+        Feature(name=f"merchant_fraud_share_{w.name}", aggregate="fraud_share", source="label",
+                window=w, dtype="float64", entity="merchant", feed="labels", delay=LABEL_DELAY,
+                description=f"Fraud labels / merchant_labelled_{w.name} (0.0 when none): the "
+                "merchant's known fraud share."),
+    )
+
+
 FEATURES: Final[tuple[Feature, ...]] = (
     *(f for w in WINDOWS for f in _amount_features(w)),
     Feature(name="distinct_merchants_1h", aggregate="distinct", source="merchant_id", window=W1H,
@@ -99,12 +164,27 @@ FEATURES: Final[tuple[Feature, ...]] = (
             "counted in the 24h window (ties give 0); -1 if there is none."),
     Feature(name="amount_to_mean_24h", aggregate="ratio_to_mean", source="amount_minor",
             window=W24H, dtype="float64", description="amount_minor / mean_24h."),
+    *(f for w in LONG_WINDOWS for f in _long_features(w)),
+    Feature(name="amount_to_mean_30d", aggregate="ratio_to_mean", source="amount_minor",
+            window=W30D, dtype="float64", description="amount_minor / mean_30d."),
+    *(f for w in MERCHANT_WINDOWS for f in _merchant_features(w)),
 )
 
-#: The model's input order.
+#: The model's input order: the card features, then the merchant features.
 FEATURE_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in FEATURES)
 FEATURE_DTYPES: Final[Mapping[str, Dtype]] = {f.name: f.dtype for f in FEATURES}
-MAX_WINDOW_MS: Final[int] = max(f.window.ms for f in FEATURES)
+#: The features folded from the card's transactions (the card state's vector, in this order).
+CARD_FEATURES: Final[tuple[Feature, ...]] = tuple(f for f in FEATURES if f.entity == "card")
+#: The label-fed merchant features (app.features.merchant), in input order after the card's.
+MERCHANT_FEATURES: Final[tuple[Feature, ...]] = tuple(
+    f for f in FEATURES if f.entity == "merchant")
+CARD_FEATURE_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in CARD_FEATURES)
+MERCHANT_FEATURE_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in MERCHANT_FEATURES)
+#: The card state's horizon: its longest window.
+MAX_WINDOW_MS: Final[int] = max(f.window.ms for f in CARD_FEATURES)
+
+if FEATURES != CARD_FEATURES + MERCHANT_FEATURES:  # pragma: no cover - a declaration bug
+    raise ValueError("card features come first in the declaration, merchant features after")
 
 if len(set(FEATURE_NAMES)) != len(FEATURE_NAMES):  # pragma: no cover - a declaration bug
     raise ValueError("feature names must be unique")
@@ -118,10 +198,11 @@ def feature_dict(values: Iterable[FeatureValue]) -> dict[str, FeatureValue]:
 def render_markdown(features: Iterable[Feature] = FEATURES) -> str:
     """The features as a Markdown table, in model input order (for the docs)."""
     lines = [
-        "| # | feature | dtype | aggregate | source | window | description |",
-        "|---|---|---|---|---|---|---|",
+        "| # | feature | entity | feed | dtype | aggregate | source | window | description |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, f in enumerate(features):
-        lines.append(f"| {i} | `{f.name}` | {f.dtype} | {f.aggregate} | {f.source} | "
-                     f"{f.window.name} | {f.description.replace('|', '/')} |")
+        window = f.window.name if f.delay is None else f"{f.window.name}, {f.delay.name} delay"
+        lines.append(f"| {i} | `{f.name}` | {f.entity} | {f.feed} | {f.dtype} | {f.aggregate} | "
+                     f"{f.source} | {window} | {f.description.replace('|', '/')} |")
     return "\n".join(lines) + "\n"

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from app.features import kernel
 from app.features.declaration import FEATURE_DTYPES, FEATURE_NAMES
+from app.features.merchant import MerchantTable
 from app.features.source import BATCH_ROWS, Batch, LogReader
 from app.features.vector import derive_columns
 from app.transactions.contract import DEFAULT_MAX_BYTES
@@ -42,6 +43,7 @@ Source = str | Path | Iterable[bytes]
 Progress = Callable[[int], None]
 
 
+_NO_LABELS: Final = MerchantTable.of(())
 #: Transaction fields a pass may carry after the features (for the backtest: lists match the
 #: merchant, the fraud caught is counted in money).
 EXTRA_COLUMNS: Final = {"merchant_id": pa.string(), "amount_minor": pa.int64()}
@@ -90,8 +92,11 @@ class FeaturePass:
 
     def __init__(self, source: Source, *, allowed_lateness_ms: int, now_ms: int,
                  max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
-                 batch_rows: int = BATCH_ROWS, extra: tuple[str, ...] = ()) -> None:
+                 batch_rows: int = BATCH_ROWS, extra: tuple[str, ...] = (),
+                 merchants: MerchantTable | None = None) -> None:
         self.reader = LogReader(source, now_ms=now_ms, max_bytes=max_bytes, batch_rows=batch_rows)
+        #: the label log's merchant features (None: no labels, every merchant feature 0)
+        self._merchants = merchants if merchants is not None else _NO_LABELS
         self._fold = kernel.Fold(allowed_lateness_ms=allowed_lateness_ms)
         self._progress = progress
         self.schema = feature_schema(extra)
@@ -135,6 +140,8 @@ class FeaturePass:
         arrays = [keys.column("txn_id").combine_chunks(), keys.column("card_id").combine_chunks(),
                   keys.column("ts_ms").combine_chunks()]
         arrays += [pa.array(col) for col in derive_columns(prims, np.asarray(amounts))]
+        arrays += [pa.array(col) for col in self._merchants.columns(
+            keys.column("merchant_id").to_pylist(), keys.column("ts_ms").to_numpy())]
         arrays += [keys.column(name).combine_chunks() for name in self._extra]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
@@ -191,9 +198,11 @@ def compute_features(
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: Progress | None = None,
     extra: tuple[str, ...] = (),
+    merchants: MerchantTable | None = None,
 ) -> OfflineResult:
     """Every accepted transaction's features, in log order, with the stream's rules (and the
-    `extra` transaction fields after them).
+    `extra` transaction fields after them). `merchants`: the label log's merchant features
+    (app.features.merchant; None: no labels known, every merchant feature 0).
 
     `source` is a log file path (.parquet read by column: the fast path; .jsonl by line) or
     raw messages. Per card, log order must equal the card's partition order (topics are keyed
@@ -210,7 +219,7 @@ def compute_features(
         return reference_features(lines, allowed_lateness_ms=allowed_lateness_ms,
                                   now_ms=now_ms, max_bytes=max_bytes)
     run = FeaturePass(source, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
-                      max_bytes=max_bytes, progress=progress, extra=extra)
+                      max_bytes=max_bytes, progress=progress, extra=extra, merchants=merchants)
     return run.result(list(run))
 
 
@@ -222,13 +231,14 @@ def write_features(
     now_ms: int,
     max_bytes: int = DEFAULT_MAX_BYTES,
     progress: Progress | None = None,
+    merchants: MerchantTable | None = None,
 ) -> OfflineResult:
     """`compute_features` streamed to `out` (.parquet or .jsonl) batch by batch.
 
     The returned result's table is empty: memory stays one batch plus the cards' states.
     """
     run = FeaturePass(source, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
-                      max_bytes=max_bytes, progress=progress)
+                      max_bytes=max_bytes, progress=progress, merchants=merchants)
     with TableWriter(out, run.schema) as writer:
         for batch in run:
             writer.write(batch)

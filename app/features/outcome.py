@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from app.features.declaration import FeatureValue, feature_dict
+from app.features.declaration import CARD_FEATURE_NAMES, FeatureValue
 from app.features.vector import FeatureVector
 
 
@@ -14,8 +14,8 @@ class Accepted(msgspec.Struct, frozen=True, gc=False):
     features: FeatureVector
 
     def as_dict(self) -> dict[str, FeatureValue]:
-        """The features as {name: value} in model input order."""
-        return feature_dict(self.features)
+        """The card features as {name: value} in model input order."""
+        return dict(zip(CARD_FEATURE_NAMES, self.features, strict=True))
 
 
 class Redelivered(msgspec.Struct, frozen=True, gc=False):
@@ -24,8 +24,8 @@ class Redelivered(msgspec.Struct, frozen=True, gc=False):
     features: FeatureVector
 
     def as_dict(self) -> dict[str, FeatureValue]:
-        """The features as {name: value} in model input order."""
-        return feature_dict(self.features)
+        """The card features as {name: value} in model input order."""
+        return dict(zip(CARD_FEATURE_NAMES, self.features, strict=True))
 
 
 class Late(msgspec.Struct, frozen=True, gc=False):

@@ -6,9 +6,11 @@ import gc
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Final
 
 import pyarrow as pa
 
+from app.features.merchant import EMPTY
 from app.features.offline import OfflineResult, feature_schema
 from app.features.outcome import Accepted, Redelivered
 from app.features.source import Rejects
@@ -30,6 +32,10 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+#: No labels here: every merchant feature as without any (app.features.merchant).
+NO_LABELS: Final = EMPTY
 
 
 def reference_features(
@@ -62,7 +68,7 @@ def reference_features(
                 state = states[txn.card_id] = CardState.empty()
             outcome = state.apply(txn, allowed_lateness_ms=allowed_lateness_ms)
             if type(outcome) is Accepted:
-                rows.append((txn.txn_id, txn.card_id, txn.ts_ms, *outcome.features))
+                rows.append((txn.txn_id, txn.card_id, txn.ts_ms, *outcome.features, *NO_LABELS))
             elif type(outcome) is Redelivered:
                 redelivered += 1
             else:

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from app.features.declaration import FEATURE_NAMES
 from app.features.offline import OfflineResult
-from app.transactions.labels import Label
+from app.transactions.labels import Label, LabelError, parse_label_row
 
 #: Output columns, in order.
 COLUMNS: Final = ("txn_id", "ts_ms", "card_id", *FEATURE_NAMES, "label")
@@ -57,12 +57,28 @@ def parse_label(line: bytes, *, where: str = "label") -> Label:
 
 
 def read_labels(path: str | Path) -> Iterator[Label]:
-    """Labels from a JSONL file of {"txn_id", "label", "label_ts_ms"}; blank lines skipped."""
+    """Labels from a JSONL file of {"txn_id", "label", "label_ts_ms"} (as `generate --labels`
+    writes them) or of label-contract rows (as `fraudstream labels` reads them: transaction
+    labels only); blank lines skipped."""
     p = Path(path)
     with p.open("rb") as fh:
         for number, line in enumerate(fh, 1):
-            if line.strip():
-                yield parse_label(line, where=f"{p}:{number}")
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict) and set(obj) != _LABEL_KEYS and "txn_id" in obj:
+                try:
+                    rec = parse_label_row(obj, now_ms=2**62)
+                except LabelError as exc:
+                    raise ValueError(f"{p}:{number}: {exc.reason}") from None
+                label = rec.as_label()
+                if label is not None:
+                    yield label
+                continue
+            yield parse_label(line, where=f"{p}:{number}")
 
 
 def build_training_set(

@@ -10,7 +10,7 @@ from typing import Final
 
 import numpy as np
 
-from app.features.declaration import FEATURES, Feature, FeatureValue
+from app.features.declaration import CARD_FEATURES, Feature, FeatureValue
 
 FeatureVector = tuple[FeatureValue, ...]
 
@@ -95,8 +95,8 @@ def _plan(features: Sequence[Feature], layout: Layout) -> tuple[tuple[int, ...],
     return means, ratios, tuple(pick)
 
 
-LAYOUT: Final[Layout] = build_layout(FEATURES)
-_MEANS, _RATIOS, _PICK_ORDER = _plan(FEATURES, LAYOUT)
+LAYOUT: Final[Layout] = build_layout(CARD_FEATURES)
+_MEANS, _RATIOS, _PICK_ORDER = _plan(CARD_FEATURES, LAYOUT)
 _pick = itemgetter(*_PICK_ORDER)  # two or more features: itemgetter returns a tuple
 #: How `derive` builds the vector (mean slots, ratio → mean, pick order): the compiled card
 #: state (app/features/_state.c) follows the same plan where its operands are exact doubles.
@@ -104,7 +104,8 @@ DERIVE_PLAN: Final = (_MEANS, _RATIOS, _PICK_ORDER)
 
 
 def derive(primitives: Sequence[int], amount: int) -> FeatureVector:
-    """The served feature vector (FEATURE_NAMES order) from an event's primitives and amount.
+    """The card part of the served vector (CARD_FEATURE_NAMES order) from an event's
+    primitives and amount.
 
     The single function both evaluators use, so derived floats agree bit for bit.
     """
@@ -120,7 +121,7 @@ _EXACT: Final = 2**53
 def derive_columns(prims: np.ndarray, amounts: np.ndarray) -> list[np.ndarray]:
     """`derive` over n events at once: prims is LAYOUT.width x n int64, amounts n int64.
 
-    Returns one column per feature (FEATURE_NAMES order), int64 or float64, bit for bit what
+    Returns one column per card feature (CARD_FEATURE_NAMES order), int64 or float64, bit for bit what
     `derive` gives row by row: a mean is one IEEE division of two doubles, which is Python's
     correctly rounded int / int whenever both ints are exact doubles (< 2**53); rows whose sum
     is not are divided in Python. The ratio is float(amount) / mean in both.

@@ -22,6 +22,7 @@ import numpy as np
 from app.actions import ACTION_TYPES, Action
 from app.actions.explanation import Contribution
 from app.features.declaration import FEATURE_NAMES
+from app.features.merchant import MerchantTable
 from app.features.offline import OfflineResult, compute_features
 from app.scoring.explain import explainer_for
 from app.scoring.lists import EMPTY, ListEntry, Lists
@@ -98,16 +99,19 @@ def run_oracle(
     explain: bool = True,
     lists: Lists = EMPTY,
     extra: tuple[str, ...] = (),
+    merchants: MerchantTable | None = None,
 ) -> OracleRun:
     """Features → scores → policy and allow/block `lists` over a log (raw messages or a log
     file), in log order; with `explain`, each action carries its explanation, computed as the
-    worker computes it. `extra` transaction fields are kept in the offline table."""
+    worker computes it. `extra` transaction fields are kept in the offline table; `merchants`:
+    the label log's merchant features (None: as without any label)."""
     loaded = model if isinstance(model, LoadedModel) else model.load(version)
     policy = loaded.thresholds if thresholds is None else thresholds
     if lists.entries and "merchant_id" not in extra:
         extra = (*extra, "merchant_id")
     offline = compute_features(lines, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
-                               max_bytes=max_bytes, progress=progress, extra=extra)
+                               max_bytes=max_bytes, progress=progress, extra=extra,
+                               merchants=merchants)
     scores = score_table(loaded, offline)
     actions, boundary = decide_rows(loaded, offline, scores, policy, lists=lists,
                                     explain=explain)

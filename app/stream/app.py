@@ -30,6 +30,8 @@ from app.stream.consumer import MAX_POLL_RECORDS, broker_url, check_faust_versio
 from app.stream.control import activation_handler, follow_activations
 from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
+from app.stream.labelfeed import LabelView, follow_labels
+from app.stream.labelfeed import wait_ready as wait_labels_ready
 from app.stream.listfeed import follow_lists, wait_ready
 from app.stream.pipeline import TransactionPipeline
 from app.stream.recovery import TransactionalTableManager
@@ -210,6 +212,12 @@ def create_app(
         await follow_shadow(settings, shadow_offset,
                             shadow_handler(load_model, stage.shadow.offer))
 
+    labels = LabelView()
+
+    @app.task
+    async def follow_label_feed() -> None:  # pragma: no cover - end to end
+        await follow_labels(settings, labels)
+
     source_name = settings.topic(topics.TRANSACTIONS)
     app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent
     app.fraudstream_chunk_topics = frozenset({*chunk_topics, source_name})
@@ -226,7 +234,7 @@ def create_app(
     pipeline = TransactionPipeline(cards, clock_ms=clock,
                                    allowed_lateness_ms=settings.allowed_lateness_ms,
                                    max_message_bytes=settings.max_message_bytes,
-                                   max_cached_cards=settings.card_cache)
+                                   max_cached_cards=settings.card_cache, merchants=labels)
     sequencer = PartitionSequencer(app)
     engine = ScoreEngine(
         app, pipeline, stage, sequencer,
@@ -290,6 +298,7 @@ def create_app(
         except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
             log.warning("output topics' metadata not fetched ahead (%r)", exc)
         await wait_ready(lists_read)  # no transaction is decided without the lists
+        await wait_labels_ready(labels)  # nor scored before the label feed's first round
         try:
             await engine.run()
         finally:

@@ -10,6 +10,7 @@ from typing import Protocol
 
 import msgspec
 
+from app.features.merchant import EMPTY, NO_CUT
 from app.features.state import Accepted, CardState, Late, Redelivered, StreamCardState
 from app.kafka import topics
 from app.kafka.records import OutRecord, SourceMessage, rejected_record
@@ -30,13 +31,36 @@ class CardStore(Protocol):
         """Persist the card's record; `partition` is the source partition of its last message."""
 
 
+class MerchantFeatures(Protocol):
+    """The label-fed merchant features as the worker reads them (app.stream.labelfeed)."""
+
+    @property
+    def cut_ms(self) -> int:
+        """Every label reported before this time has been read."""
+
+    def vector(self, merchant_id: str, ts_ms: int, cut_ms: int) -> tuple[int | float, ...]:
+        """The merchant features of a transaction (MERCHANT_FEATURE_NAMES order)."""
+
+
+class _NoLabels:
+    """No label feed (unit tests, tools): every merchant feature as without any label."""
+
+    cut_ms = NO_CUT
+
+    @staticmethod
+    def vector(merchant_id: str, ts_ms: int, cut_ms: int) -> tuple[int | float, ...]:
+        return EMPTY
+
+
 class Scored(msgspec.Struct, frozen=True):
-    """A transaction that passed the contract and the lateness rule, with its feature vector."""
+    """A transaction that passed the contract and the lateness rule, with its feature vector
+    (the card's features, then the merchant's as of `label_cut_ms`)."""
 
     source: SourceMessage
     txn: Transaction
     features: tuple[int | float, ...]
     redelivered: bool
+    label_cut_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +103,7 @@ class TransactionPipeline:
         allowed_lateness_ms: int,
         max_message_bytes: int,
         max_cached_cards: int = 0,
+        merchants: MerchantFeatures | None = None,
     ) -> None:
         if max_cached_cards < 0:
             raise ValueError(f"max_cached_cards must be >= 0, got {max_cached_cards}")
@@ -90,6 +115,8 @@ class TransactionPipeline:
         self.max_message_bytes = max_message_bytes
         self._cards: dict[str, _Card] = {}
         self._changed: dict[str, _Card] = {}  # changed since the last snapshot
+        #: the merchant features' source (a label feed online; none: every one as without labels)
+        self.merchants: MerchantFeatures = merchants if merchants is not None else _NoLabels()
 
     @property
     def cached_cards(self) -> int:
@@ -117,6 +144,10 @@ class TransactionPipeline:
         now_ms = self.clock_ms()
         cards = self._cards
         changed = self._changed
+        # one cut per batch: every row of it is as of the same label feed
+        cut = self.merchants.cut_ms
+        merchant = self.merchants.vector
+        served_cut = None if cut == NO_CUT else cut
         for msg in batch:
             try:
                 txn = parse_transaction(msg.value, now_ms=now_ms, max_bytes=self.max_message_bytes)
@@ -140,7 +171,9 @@ class TransactionPipeline:
                     out.skipped += 1
                 else:  # still remembered: serve it again, same features, same action keys
                     metrics.REDELIVERED.inc()
-                    out.scored.append(Scored(msg, txn, tuple(features), True))
+                    out.scored.append(Scored(
+                        msg, txn, (*features, *merchant(txn.merchant_id, txn.ts_ms, cut)), True,
+                        served_cut))
                 continue
             outcome = card.state.apply(txn, allowed_lateness_ms=self.allowed_lateness_ms)
             card.partition, card.offset = msg.partition, msg.offset
@@ -151,9 +184,13 @@ class TransactionPipeline:
                     topics.TRANSACTIONS_LATE, msg, code="late", reason=outcome.reason))
             elif isinstance(outcome, Redelivered):
                 metrics.REDELIVERED.inc()
-                out.scored.append(Scored(msg, txn, tuple(outcome.features), True))
+                out.scored.append(Scored(
+                    msg, txn, (*outcome.features, *merchant(txn.merchant_id, txn.ts_ms, cut)),
+                    True, served_cut))
             elif isinstance(outcome, Accepted):
-                out.scored.append(Scored(msg, txn, tuple(outcome.features), False))
+                out.scored.append(Scored(
+                    msg, txn, (*outcome.features, *merchant(txn.merchant_id, txn.ts_ms, cut)),
+                    False, served_cut))
         if snapshot:
             out.saves = self.snapshot()
         if self.max_cached_cards and len(cards) > self.max_cached_cards:
@@ -213,5 +250,6 @@ def served_record(item: Scored, *, score: float | None, model_version: str | Non
     by card_id: what was served, and where it came from."""
     txn, source = item.txn, item.source
     value = encode_served(txn.txn_id, txn.card_id, txn.ts_ms, source.partition, source.offset,
-                          item.features, score, model_version, item.redelivered)
+                          item.features, score, model_version, item.redelivered,
+                          item.label_cut_ms)
     return OutRecord(topics.FEATURES_SERVED, txn.card_id.encode(), value, (), source.partition)

@@ -29,6 +29,9 @@ class ServedRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     score: float | None
     model_version: str | None
     redelivered: bool
+    #: the label feed's cut the merchant features were computed with (every label reported
+    #: before it had been read: app.features.merchant); None: the whole label log (offline)
+    label_cut_ms: int | None = None
 
     def to_json(self) -> bytes:
         return _encode(self)
@@ -52,11 +55,12 @@ _WireRow: Final = msgspec.defstruct(
 
 def encode_served(txn_id: str, card_id: str, ts_ms: int, partition: int, offset: int,
                   features: Sequence[int | float], score: float | None,
-                  model_version: str | None, redelivered: bool) -> bytes:
+                  model_version: str | None, redelivered: bool,
+                  label_cut_ms: int | None = None) -> bytes:
     """`ServedRow(...).to_json()`, byte for byte, from the row's values (features in
     FEATURE_NAMES order: a TypeError when there are more or fewer)."""
     return _encode(_WireRow(txn_id, card_id, ts_ms, partition, offset, _WireFeatures(*features),
-                            score, model_version, redelivered))
+                            score, model_version, redelivered, label_cut_ms))
 
 
 def decode_served(raw: bytes) -> ServedRow:

@@ -39,7 +39,7 @@ def test_labels_default_next_to_the_output(tmp_path: Path) -> None:
     assert _run("--out", str(out))[0] == 0
     labels = (tmp_path / "txns.labels.jsonl").read_bytes().split(b"\n")[:-1]
     assert len(labels) == 1500
-    assert set(orjson.loads(labels[0])) == {"txn_id", "label", "label_ts_ms"}
+    assert set(orjson.loads(labels[0])) == {"txn_id", "label", "label_ts_ms", "merchant_id", "ts_ms"}
 
 
 def test_parquet_has_one_column_per_contract_field(tmp_path: Path) -> None:

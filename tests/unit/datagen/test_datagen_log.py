@@ -117,7 +117,9 @@ def test_labels_cover_each_transaction_once_in_file_order(noisy: GeneratedLog) -
             ts_of[obj["txn_id"]] = obj["ts_ms"]
     labels = [orjson.loads(line) for line in _labels(noisy).split(b"\n")[:-1]]
     assert [lab["txn_id"] for lab in labels] == first_order
-    assert all(set(lab) == {"txn_id", "label", "label_ts_ms"} for lab in labels)
+    assert all(set(lab) == {"txn_id", "label", "label_ts_ms", "merchant_id", "ts_ms"}
+               for lab in labels)
+    assert all(lab["ts_ms"] == ts_of[lab["txn_id"]] for lab in labels)
     fraud = [lab for lab in labels if lab["label"] == 1]
     assert len(fraud) == noisy.counts.fraud and {lab["label"] for lab in labels} == {0, 1}
     for lab in labels:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.features.declaration import FEATURES, MAX_WINDOW_MS
+from app.features.declaration import CARD_FEATURES as FEATURES
+from app.features.declaration import MAX_WINDOW_MS
 from app.features.outcome import Accepted, Late, Outcome, Redelivered
 from app.transactions.contract import Transaction
 

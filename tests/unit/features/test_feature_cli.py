@@ -84,7 +84,7 @@ def test_training_set_joins_labels_and_reports_the_rest(events: Path, tmp_path: 
     labels.write_bytes(b'{"txn_id": "t0-5", "label": "yes", "label_ts_ms": 1}\n')
     code, out = _run(["training-set", "--events", str(events), "--labels", str(labels),
                       "--out", str(out_path), *COMMON])
-    assert code == 2 and "labels.jsonl:1: label must be 0, 1" in out
+    assert code == 2 and "labels.jsonl:1: label: must be 0, 1" in out
 
 
 def _served_file(events: Path, tmp_path: Path, skew: bool) -> Path:

@@ -107,8 +107,8 @@ def test_redelivery_is_exact_after_the_events_it_counted_were_evicted(state_cls:
     state = state_cls.empty()
     state.apply(txn("a", BASE + 1, 50), allowed_lateness_ms=L)
     first = state.apply(txn("b", BASE + MAX_WINDOW_MS, 70), allowed_lateness_ms=L)
-    assert isinstance(first, Accepted) and first.as_dict()["count_24h"] == 2
-    # max_ts − 24h − L = BASE + 24h − 1: "a" is evicted, "b" is still remembered
+    assert isinstance(first, Accepted) and first.as_dict()["count_30d"] == 2
+    # max_ts − 30d − L = BASE + 30d − 1: "a" is evicted, "b" is still remembered
     state.apply(txn("c", BASE + 2 * MAX_WINDOW_MS + L - 1, 10), allowed_lateness_ms=L)
     assert len(state) == 2
     again = state.apply(txn("b", BASE + MAX_WINDOW_MS, 70), allowed_lateness_ms=L)
@@ -121,16 +121,18 @@ def test_redelivery_is_exact_after_the_events_it_counted_were_evicted(state_cls:
 def test_state_stays_bounded_on_a_long_in_order_run(state_cls: type[CardState]) -> None:
     state = state_cls.empty()
     minute = 60_000
-    for i in range(4 * 24 * 60):
-        out = state.apply(txn(i, BASE + i * minute, 1 + i % 97), allowed_lateness_ms=L)
+    step = 30 * minute  # the longest window is 30 days: four of them, an event every 30 min
+    for i in range(4 * 30 * 48):
+        out = state.apply(txn(i, BASE + i * step, 1 + i % 97), allowed_lateness_ms=L)
         assert isinstance(out, Accepted)
-    per_window = MAX_WINDOW_MS // minute
-    assert len(state) <= per_window + L // minute + 1
-    assert out.as_dict()["count_24h"] == per_window
-    assert out.as_dict()["count_1h"] == 60
-    assert out.as_dict()["ms_since_prev"] == minute
+    per_window = MAX_WINDOW_MS // step
+    assert len(state) <= per_window + L // step + 1
+    assert out.as_dict()["count_30d"] == per_window
+    assert out.as_dict()["count_24h"] == 48
+    assert out.as_dict()["count_1h"] == 2
+    assert out.as_dict()["ms_since_prev"] == step
     restored = state_cls.from_bytes(state.to_bytes())
-    nxt = txn("next", BASE + 4 * 24 * 60 * minute, 5)
+    nxt = txn("next", BASE + 4 * 30 * 48 * step, 5)
     assert repr(restored.apply(nxt, allowed_lateness_ms=L)) == repr(
         state.apply(nxt, allowed_lateness_ms=L))
 

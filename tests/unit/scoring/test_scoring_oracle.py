@@ -11,6 +11,7 @@ from scoring_support import LATENESS_MS, SmallLog
 from app.actions import Action, idempotency_key
 from app.cli.score import score as score_cmd
 from app.features.declaration import FEATURE_NAMES
+from app.features.merchant import EMPTY as NO_LABELS
 from app.features.state import Accepted, CardState, Redelivered
 from app.scoring.oracle import OracleRun, oracle_actions, run_oracle
 from app.scoring.policy import build_actions, decide
@@ -97,7 +98,7 @@ def test_live_style_micro_batches_give_the_oracle_actions_exactly(
         state = states.setdefault(txn.card_id, CardState.empty())
         outcome = state.apply(txn, allowed_lateness_ms=LATENESS_MS)
         if isinstance(outcome, Accepted | Redelivered):
-            batch.append((txn, tuple(outcome.features)))
+            batch.append((txn, (*outcome.features, *NO_LABELS)))  # no label feed here
             if len(batch) == 64:
                 flush()
     flush()

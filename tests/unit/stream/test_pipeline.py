@@ -179,15 +179,17 @@ def test_saved_record_carries_the_last_source_position(store: DictStore) -> None
 def test_reread_after_its_event_left_the_window_is_skipped_not_late(store: DictStore) -> None:
     """A crash re-reads a message the state holds but no longer remembers (evicted since):
     without the source-position fence it would be routed late or folded in a second time."""
-    day = 86_400_000
+    day = 86_400_000  # t1 and t2 31 days apart: beyond the longest window (30 days) + lateness
+    first, later = T0 - 5 * day, T0 + 26 * day
     p = pipeline(store)
-    p.run(msgs([txn(1, ts=T0), txn(2, ts=T0 + 3 * day)]))
-    again = p.run(msgs([txn(1, ts=T0), txn(2, ts=T0 + 3 * day)]))  # offsets 0 and 1 again
+    p.run(msgs([txn(1, ts=first), txn(2, ts=later)]))
+    again = p.run(msgs([txn(1, ts=first), txn(2, ts=later)]))  # offsets 0 and 1 again
     assert again.records == [] and again.skipped == 1  # t1: evicted, nothing re-emitted
     (item,) = again.scored  # t2: still remembered, served again with its first features
     assert item.redelivered and item.txn.txn_id == "t2"
-    fresh = p.run(msgs([txn(3, ts=T0 + 3 * day + 1)], start=2))
+    fresh = p.run(msgs([txn(3, ts=later + 1)], start=2))
     assert fresh.scored[0].features[FEATURE_NAMES.index("count_24h")] == 2
+    assert fresh.scored[0].features[FEATURE_NAMES.index("count_30d")] == 2
 
 
 def test_late_messages_move_the_position_so_a_reread_is_not_routed_twice(store: DictStore) -> None:

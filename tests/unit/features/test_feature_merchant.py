@@ -1,0 +1,108 @@
+"""Merchant features: the rule by hand, and the online book equal to the offline table."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import numpy as np
+
+from app.features.declaration import DAY_MS, MERCHANT_FEATURE_NAMES
+from app.features.merchant import EMPTY, NO_CUT, MerchantBook, MerchantTable
+from app.transactions.labels import LabelRecord
+
+BASE = 17_800 * DAY_MS  # a day boundary (2018-09-25)
+
+
+def lab(i: int, merchant: str | None, txn_day: float, reported_day: float, label: int,
+        ts: bool = True) -> LabelRecord:
+    txn_ts = BASE + int(txn_day * DAY_MS)
+    return LabelRecord(f"l{i}", f"t{i}", "c1", label, BASE + int(reported_day * DAY_MS),
+                       "test", merchant_id=merchant, txn_ts_ms=txn_ts if ts else None)
+
+
+def named(values: tuple[int | float, ...]) -> dict[str, int | float]:
+    return dict(zip(MERCHANT_FEATURE_NAMES, values, strict=True))
+
+
+def test_the_rule_by_hand() -> None:
+    labels = [
+        lab(1, "m1", 0.5, 7.5, 1),    # txn day 0, known from day 8
+        lab(2, "m1", 1.2, 8.2, 0),    # txn day 1, known from day 9
+        lab(3, "m1", 1.9, 20.0, 1),   # txn day 1, known only from day 21
+        lab(4, "m2", 1.0, 8.0, 1),    # another merchant
+        lab(5, None, 1.0, 8.0, 1),    # no merchant: feeds nothing
+        lab(6, "m1", 1.0, 8.0, 1, ts=False),  # no event time: feeds nothing
+        lab(1, "m1", 0.5, 7.5, 1),    # the same label_id again: counted once
+    ]
+    book = MerchantBook()
+    assert [book.add(x) for x in labels] == [True, True, True, True, False, False, False]
+    table = MerchantTable.of(labels)
+    # a transaction on day 8: the 1d window is txn day 0 (day 8 − 7 − 1 .. day 8 − 7)
+    at = BASE + 8 * DAY_MS + 5
+    v = named(book.vector("m1", at))
+    assert (v["merchant_labelled_1d"], v["merchant_fraud_share_1d"]) == (1, 1.0)
+    assert (v["merchant_labelled_7d"], v["merchant_labelled_30d"]) == (1, 1)
+    # day 9: txn days 1 (1d) and 0..1 (7d); label 3 is not known yet (day 21)
+    v = named(book.vector("m1", BASE + 9 * DAY_MS))
+    assert (v["merchant_labelled_1d"], v["merchant_fraud_share_1d"]) == (1, 0.0)
+    assert (v["merchant_labelled_7d"], v["merchant_fraud_share_7d"]) == (2, 0.5)
+    # day 21: label 3 is known; 1d window (txn day 13) is empty, 7d (days 7..13) too
+    v = named(book.vector("m1", BASE + 21 * DAY_MS))
+    assert v["merchant_labelled_7d"] == 0 and v["merchant_fraud_share_7d"] == 0.0
+    assert (v["merchant_labelled_30d"], v["merchant_fraud_share_30d"]) == (3, 2 / 3)
+    # a cut before day 9 hides label 2 from a day-9 transaction
+    v = named(book.vector("m1", BASE + 9 * DAY_MS, cut_ms=BASE + 8 * DAY_MS + 1))
+    assert (v["merchant_labelled_7d"], v["merchant_fraud_share_7d"]) == (1, 1.0)
+    assert book.vector("nobody", at) == EMPTY
+    cols = table.columns(["m1", "m1", "m2", "nobody"],
+                         np.array([at, BASE + 21 * DAY_MS, BASE + 9 * DAY_MS, at]))
+    rows = list(zip(*(c.tolist() for c in cols), strict=True))
+    assert rows[0] == book.vector("m1", at)
+    assert rows[1] == book.vector("m1", BASE + 21 * DAY_MS)
+    assert rows[2] == book.vector("m2", BASE + 9 * DAY_MS) and rows[2][0] == 1
+    assert rows[3] == EMPTY
+
+
+def _bits(values: tuple[int | float, ...]) -> tuple[object, ...]:
+    return tuple(struct.pack("<d", v) if type(v) is float else (type(v), v) for v in values)
+
+
+def test_online_book_equals_offline_table_on_random_logs() -> None:
+    rng = random.Random(7)
+    for _ in range(20):
+        labels = []
+        for i in range(rng.randint(0, 300)):
+            txn_day = rng.uniform(0, 60)
+            labels.append(lab(i, f"m{rng.randint(0, 6)}", txn_day,
+                              txn_day + rng.choice([0.0, 1.5, 7.0, 7.0, 9.3, 30.0]),
+                              int(rng.random() < 0.3)))
+        labels += rng.sample(labels, min(10, len(labels)))  # re-sent labels
+        table = MerchantTable.of(labels)
+        queries = [(f"m{rng.randint(0, 7)}", BASE + rng.randint(0, 100 * DAY_MS))
+                   for _ in range(200)]
+        cols = table.columns([m for m, _ in queries], np.array([t for _, t in queries]))
+        offline = list(zip(*(c.tolist() for c in cols), strict=True))
+        book = MerchantBook()
+        for x in labels:
+            book.add(x)
+        for (m, t), want in zip(queries, offline, strict=True):
+            assert _bits(book.vector(m, t, NO_CUT)) == _bits(want), (m, t)
+        # with a cut, the book equals a table built from the labels known by then
+        cut = BASE + rng.randint(0, 100 * DAY_MS)
+        known = [x for x in labels if x.reported_at_ms < cut // DAY_MS * DAY_MS]
+        for m, t in queries:
+            if t // DAY_MS >= cut // DAY_MS:
+                want = MerchantTable.of(known).columns([m], np.array([t]))
+                got = book.vector(m, t, cut)
+                assert _bits(got) == _bits(tuple(c.tolist()[0] for c in want))
+
+
+def test_online_book_lets_go_of_days_it_can_no_longer_need() -> None:
+    book = MerchantBook(horizon_days=40)
+    assert book.add(lab(1, "m1", 0, 7, 1))
+    book.vector("m1", BASE + 100 * DAY_MS)  # day 100: day 0 is out of reach
+    assert book.vector("m1", BASE + 8 * DAY_MS) == EMPTY
+    assert not book.add(lab(2, "m1", 1, 8, 1))  # too old to count for anything to come
+    assert book.add(lab(3, "m1", 70, 77, 1))
+    assert named(book.vector("m1", BASE + 78 * DAY_MS))["merchant_labelled_1d"] == 1
