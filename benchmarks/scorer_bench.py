@@ -2,6 +2,8 @@
 
     python benchmarks/scorer_bench.py [--device auto|cpu|cuda] [--sizes 1,2,4,...,4096]
         [--seconds 1] [--json out.json] [--vectors vectors.npy] [--min-batch N]
+    python benchmarks/scorer_bench.py --algorithms mlp,lgbm [--sizes 1,64,4096]
+        [--gbt-trees 300] [--gbt-leaves 31] [--json out.json]
 
 Each variant scores the same real feature vectors (the offline evaluator over a generated log,
 or --vectors, an .npy float32 [N, F] saved by --save-vectors) already converted to float32:
@@ -20,7 +22,13 @@ hybrid is as fast as the better provider at that size, within noise), the per-ca
 (time of a call at batch 1, and the intercept of a least-squares line through all sizes) and the
 cost per row, and the conversion from Python feature tuples (features_matrix, against the
 nested np.asarray it replaced).
-Needs numpy, onnxruntime and the app package (not faust, aiokafka or redis).
+--algorithms trains one model per algorithm (the `fraudstream train` defaults; the trees'
+size from --gbt-trees/--gbt-leaves) on one generated, labelled log and times their CPU sessions
+side by side, interleaved as above, on that log's evaluation rows: µs per call and per row at
+each batch size and the ratio of each algorithm to the first one (CPU only, one thread: the
+oracle's scorer and the worker's without CUDA; the trees have no CUDA kernel).
+Needs numpy, onnxruntime and the app package (not faust, aiokafka or redis); --algorithms
+needs the `train` extra too.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from app.scoring.metrics import ProviderTally  # noqa: E402
 from app.scoring.scorer import CUDA, OnnxScorer, Scorer, features_matrix  # noqa: E402
 
 DEFAULT_SIZES = ",".join(str(s) for s in bucket_sizes(4096))
+COMPARE_SIZES = "1,64,4096"
 Vector = tuple[int | float, ...]
 
 
@@ -165,13 +174,93 @@ def _asarray_conversion(rows: list[Vector]) -> np.ndarray:
     return wide.astype(np.float32)
 
 
+def trained_models(algorithms: list[str], rows: int, *, trees: int | None,
+                   leaves: int | None) -> tuple[dict[str, bytes], dict[str, str], np.ndarray]:
+    """One model per algorithm trained on a generated labelled log (default configs, same
+    table), a line about each, and the log's evaluation rows as served (float32)."""
+    from dataclasses import replace
+
+    from app.datagen.config import GeneratorConfig
+    from app.datagen.generator import generate_log
+    from app.features.offline import compute_features
+    from app.features.training_set import Label, build_training_set
+    from app.scoring.dataset import labelled_rows
+    from app.scoring.trainer import TrainConfig, train_model
+
+    log = generate_log(GeneratorConfig(cards=max(rows // 40, 10), txns=rows, days=7, seed=11,
+                                       fraud_rate=0.03))
+    offline = compute_features((line for line, _ in log.iter_lines()),
+                               allowed_lateness_ms=300_000, now_ms=log.config.validation_now_ms)
+    labels = [Label(lab.txn_id, lab.label, lab.label_ts_ms) for lab in log.labels()]
+    table = build_training_set(offline, labels).table
+    models: dict[str, bytes] = {}
+    about: dict[str, str] = {}
+    boundary = 0
+    for algorithm in algorithms:
+        config = TrainConfig(algorithm=algorithm)  # type: ignore[arg-type]
+        if algorithm == "lgbm":
+            config = replace(config, gbt=replace(
+                config.gbt, n_estimators=trees or config.gbt.n_estimators,
+                num_leaves=leaves or config.gbt.num_leaves))
+        model = train_model(table, config)
+        card = model.card
+        models[algorithm] = model.onnx_bytes
+        size = (f"{card['model']['trees']} trees of <= {config.gbt.num_leaves} leaves"
+                if algorithm == "lgbm" else f"hidden {card['model']['hidden_layers']}")
+        about[algorithm] = (f"{model.version}: {size}, {len(model.onnx_bytes):,} bytes, eval "
+                            f"PR AUC {card['metrics']['eval']['pr_auc']:.4f}")
+        boundary = card["data"]["split"]["boundary_ts_ms"]
+    rows_as_served = labelled_rows(table)
+    return models, about, rows_as_served.matrix[rows_as_served.ts_ms >= boundary]
+
+
+def compare_algorithms(args: argparse.Namespace, sizes: list[int]) -> int:
+    """--algorithms: the CPU cost per row of each algorithm's model, side by side."""
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    if not algorithms or any(a not in ("mlp", "lgbm") for a in algorithms):
+        print(f"--algorithms: expected names out of mlp,lgbm, got {args.algorithms!r}",
+              file=sys.stderr)
+        return 2
+    models, about, matrix = trained_models(algorithms, args.rows, trees=args.gbt_trees,
+                                           leaves=args.gbt_leaves)
+    variants: dict[str, Scorer] = {a: OnnxScorer(data, device="cpu", name=a)
+                                   for a, data in models.items()}
+    for algorithm in algorithms:
+        print(f"{algorithm}: {about[algorithm]}")
+    print(f"CPU, one thread; {len(matrix):,} evaluation rows of the generated log; "
+          f"{args.seconds:.1f}s per size, best of {args.rounds} interleaved blocks")
+    first = algorithms[0]
+    print(f"{'batch':>5} " + " ".join(f"{a + ' us/call':>14} {a + ' us/row':>13}"
+                                      for a in algorithms)
+          + "".join(f" {a + '/' + first:>11}" for a in algorithms[1:]))
+    results: list[dict[str, float]] = []
+    for size in sizes:
+        per_call = measure(variants, matrix, size, seconds=args.seconds, rounds=args.rounds,
+                           max_calls=args.max_calls)
+        per_row = {a: s / size * 1e6 for a, s in per_call.items()}
+        results.append({"batch": size, **{f"{a}_us_per_call": s * 1e6
+                                          for a, s in per_call.items()},
+                        **{f"{a}_us_per_row": r for a, r in per_row.items()},
+                        **{f"{a}_over_{first}": per_row[a] / per_row[first]
+                           for a in algorithms[1:]}})
+        print(f"{size:>5} " + " ".join(f"{per_call[a] * 1e6:>14.2f} {per_row[a]:>13.3f}"
+                                       for a in algorithms)
+              + "".join(f" {per_row[a] / per_row[first]:>11.2f}" for a in algorithms[1:]))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"models": about, "rows": len(matrix),
+                                         "sizes": results}, indent=1))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", type=Path, default=Path("models"))
     parser.add_argument("--version", default=None, help="Model version [default: DEFAULT].")
     parser.add_argument("--device", choices=["cpu", "auto", "cuda"], default="auto",
                         help="cpu: CPU variants only; cuda: fail without CUDA.")
-    parser.add_argument("--sizes", default=DEFAULT_SIZES)
+    parser.add_argument("--sizes", default=None,
+                        help=f"Batch sizes [default: {DEFAULT_SIZES}; with --algorithms: "
+                             f"{COMPARE_SIZES}].")
     parser.add_argument("--seconds", type=float, default=1.0, help="Per batch size, all variants.")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-calls", type=int, default=200_000, help="Per block.")
@@ -182,9 +271,19 @@ def main() -> int:
                         help="Hybrid crossover [default: calibrated, as the worker does].")
     parser.add_argument("--no-graphs", action="store_true", help="Skip the cuda-graph variant.")
     parser.add_argument("--json", type=Path, default=None, help="Write the figures here too.")
+    parser.add_argument("--algorithms", default=None,
+                        help="Compare algorithms instead (e.g. mlp,lgbm): train one model each "
+                             "on a generated log, time their CPU sessions [sizes: 1,64,4096].")
+    parser.add_argument("--gbt-trees", type=int, default=None,
+                        help="--algorithms: the trees' n_estimators [default: train's].")
+    parser.add_argument("--gbt-leaves", type=int, default=None,
+                        help="--algorithms: the trees' num_leaves [default: train's].")
     args = parser.parse_args()
 
-    sizes = [int(s) for s in args.sizes.split(",")]
+    default_sizes = DEFAULT_SIZES if args.algorithms is None else COMPARE_SIZES
+    sizes = [int(s) for s in (args.sizes or default_sizes).split(",")]
+    if args.algorithms is not None:
+        return compare_algorithms(args, sizes)
     name, data = model_bytes(args.model_dir, args.version)
     matrix = load_matrix(args.vectors, args.rows, args.save_vectors)
     cpu = OnnxScorer(data, device="cpu")

@@ -44,9 +44,28 @@ def _hidden(text: str) -> tuple[int, ...]:
 @click.option("--eval-fraction", type=click.FloatRange(0.05, 0.95), default=0.3,
               show_default=True, help="Later share of the event-time range held out for "
               "evaluation (the boundary snaps back to a UTC midnight).")
-@click.option("--hidden", default="16,8", show_default=True, help="Hidden layer sizes.")
+@click.option("--algorithm", type=click.Choice(["mlp", "lgbm"]), default="mlp",
+              show_default=True, help="mlp: scikit-learn MLP; lgbm: LightGBM gradient-boosted "
+              "trees (needs the `train` extra's lightgbm and onnxmltools).")
+@click.option("--hidden", default="16,8", show_default=True, help="(mlp) Hidden layer sizes.")
 @click.option("--max-iter", type=click.IntRange(min=1), default=200, show_default=True,
-              help="Most training epochs.")
+              help="(mlp) Most training epochs.")
+@click.option("--n-estimators", type=click.IntRange(min=1), default=300, show_default=True,
+              help="(lgbm) Boosting rounds: trees in the model.")
+@click.option("--learning-rate", type=click.FloatRange(0.0, min_open=True), default=0.05,
+              show_default=True, help="(lgbm) Shrinkage of each tree.")
+@click.option("--num-leaves", type=click.IntRange(min=2), default=31, show_default=True,
+              help="(lgbm) Most leaves per tree.")
+@click.option("--max-depth", type=click.IntRange(min=1), default=None,
+              help="(lgbm) Deepest tree [default: no limit; --num-leaves bounds the trees].")
+@click.option("--min-child-samples", type=click.IntRange(min=1), default=20, show_default=True,
+              help="(lgbm) Fewest training rows in a leaf.")
+@click.option("--subsample", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0,
+              show_default=True, help="(lgbm) Share of rows drawn for each tree (seeded).")
+@click.option("--colsample", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0,
+              show_default=True, help="(lgbm) Share of features drawn for each tree (seeded).")
+@click.option("--scale-pos-weight", type=click.FloatRange(0.0, min_open=True), default=None,
+              help="(lgbm) Weight of a fraud row in the loss [default: 1, unweighted].")
 @click.option("--freeze-precision", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.9,
               show_default=True, help="Freeze threshold: lowest score with this precision.")
 @click.option("--alert-recall", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.9,
@@ -58,22 +77,35 @@ def _hidden(text: str) -> tuple[int, ...]:
 @click.option("--default/--no-default", "make_default", default=None,
               help="Make the new model the default [default: only if there is none yet].")
 def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction: float,
-          hidden: str, max_iter: int, freeze_precision: float, alert_recall: float,
-          lateness_ms: int | None, now_ms: int | None, make_default: bool | None) -> None:
-    """Train the fraud MLP on the earlier days, evaluate on the later days, export ONNX + card."""
+          algorithm: str, hidden: str, max_iter: int, n_estimators: int, learning_rate: float,
+          num_leaves: int, max_depth: int | None, min_child_samples: int, subsample: float,
+          colsample: float, scale_pos_weight: float | None, freeze_precision: float,
+          alert_recall: float, lateness_ms: int | None, now_ms: int | None,
+          make_default: bool | None) -> None:
+    """Train the fraud model on the earlier days, evaluate on the later days, export ONNX + card.
+
+    --algorithm picks the MLP (default) or LightGBM's gradient-boosted trees; (mlp) and (lgbm)
+    options apply to that algorithm only. Either model is served by the same worker.
+    """
     from app.features.offline import compute_features
     from app.features.training_set import build_training_set, read_labels
+    from app.scoring.gbt import GbtParams
     from app.scoring.registry import DEFAULT_FILE, ModelRegistry
-    from app.scoring.trainer import TrainConfig, train_model
+    from app.scoring.trainer import Algorithm, TrainConfig, train_model
 
     settings = load_settings()
     model_dir = settings.model_dir if out is None else out
     lateness = settings.allowed_lateness_ms if lateness_ms is None else lateness_ms
     now = int(time.time() * 1000) if now_ms is None else now_ms
     try:
-        config = TrainConfig(seed=seed, eval_fraction=eval_fraction, hidden=_hidden(hidden),
+        trees = GbtParams(n_estimators=n_estimators, learning_rate=learning_rate,
+                          num_leaves=num_leaves, max_depth=max_depth,
+                          min_child_samples=min_child_samples, subsample=subsample,
+                          colsample_bytree=colsample, scale_pos_weight=scale_pos_weight)
+        config = TrainConfig(algorithm=cast(Algorithm, algorithm), seed=seed,
+                             eval_fraction=eval_fraction, hidden=_hidden(hidden),
                              max_iter=max_iter, freeze_precision=freeze_precision,
-                             alert_recall=alert_recall)
+                             alert_recall=alert_recall, gbt=trees)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     began = time.perf_counter()
@@ -96,6 +128,9 @@ def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction
         model = train_model(joined.table, config, created_from=created_from)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    except ImportError as exc:  # lightgbm / onnxmltools / scikit-learn are the `train` extra
+        raise click.ClickException(f"{exc.name or exc} is not installed: pip install "
+                                   "'fraudstream[train]'") from None
     registry = ModelRegistry(model_dir, device="cpu")
     first = not (model_dir / DEFAULT_FILE).exists()
     is_default = first if make_default is None else make_default
@@ -104,6 +139,9 @@ def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction
     data = model.card["data"]
     click.echo(f"model {model.version} -> {path} ({len(model.onnx_bytes):,} bytes)"
                + (" [default]" if is_default else ""))
+    if algorithm == "lgbm":
+        click.echo(f"lgbm: {model.card['model']['trees']} trees, export max |ONNX - LightGBM| "
+                   f"{model.card['metrics']['export_max_abs_diff_vs_lightgbm']:.2g}")
     click.echo(f"split at {data['split']['boundary_utc']}: train {data['train_rows']:,} rows "
                f"({data['train_positives']:,} fraud), eval {data['eval_rows']:,} rows "
                f"({data['eval_positives']:,} fraud)")

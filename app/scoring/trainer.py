@@ -1,6 +1,10 @@
-"""Training: fit the MLP on the earlier days, export it to ONNX, evaluate it on the later days.
+"""Training: fit a model on the earlier days, export it to ONNX, evaluate it on the later days.
 
-The classifier is a scikit-learn Pipeline (log1p of the non-negative part → StandardScaler →
+Two algorithms (TrainConfig.algorithm): "mlp" (below) and "lgbm", LightGBM's gradient-boosted
+trees (app.scoring.gbt, which fits, exports and checks them). Both export to the same contract
+and are served by the same scorer; this module orchestrates: split, fit, check, evaluate, card.
+
+The MLP is a scikit-learn Pipeline (log1p of the non-negative part → StandardScaler →
 MLPClassifier with ReLU hidden layers and a logistic output), fitted on exactly the float32
 values the worker serves (scorer.features_matrix). `graph.mlp_model` rebuilds the same
 function in ONNX; training refuses to finish unless the exported graph reproduces
@@ -19,7 +23,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from hashlib import sha256
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -30,11 +34,17 @@ from app.scoring import evaluation
 from app.scoring.card import CARD_SCHEMA, MODEL_FILE
 from app.scoring.contract import DECLARED, INPUT_DTYPE, INPUT_NAME, OUTPUT_NAME
 from app.scoring.dataset import FINGERPRINT_RULE, labelled_rows, time_split
+from app.scoring.gbt import GbtParams, train_gbt
+from app.scoring.gbt import library_versions as gbt_library_versions
 from app.scoring.graph import IR_VERSION, OPSET, PREPROCESSING, mlp_model
 from app.scoring.scorer import OnnxScorer
 
 log = logging.getLogger(__name__)
 
+#: The fitting algorithm: the scikit-learn MLP or LightGBM's gradient-boosted trees.
+Algorithm = Literal["mlp", "lgbm"]
+ALGORITHMS: Final[tuple[Algorithm, ...]] = ("mlp", "lgbm")
+#: The MLP's export check (the trees' is app.scoring.gbt.EXPORT_TOLERANCE).
 EXPORT_TOLERANCE: Final = 1e-5
 #: What a model's drift reference is binned from (its card says so).
 REFERENCE_SOURCE: Final = "training rows (ts_ms < data.split.boundary_ts_ms), as served"
@@ -42,8 +52,13 @@ REFERENCE_SOURCE: Final = "training rows (ts_ms < data.split.boundary_ts_ms), as
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainConfig:
-    """Everything the fitted model depends on besides the data."""
+    """Everything the fitted model depends on besides the data.
 
+    `hidden` .. `max_iter` apply to the MLP, `gbt` to the trees; the card records only the
+    algorithm's own.
+    """
+
+    algorithm: Algorithm = "mlp"
     seed: int = 0
     eval_fraction: float = 0.3
     hidden: tuple[int, ...] = (16, 8)
@@ -53,8 +68,12 @@ class TrainConfig:
     max_iter: int = 200
     freeze_precision: float = 0.9
     alert_recall: float = 0.9
+    gbt: GbtParams = GbtParams()
 
     def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {list(ALGORITHMS)}, "
+                             f"got {self.algorithm!r}")
         if not self.hidden or any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden layer sizes must be positive, got {self.hidden}")
         if not 0.0 < self.freeze_precision <= 1.0 or not 0.0 < self.alert_recall <= 1.0:
@@ -62,10 +81,22 @@ class TrainConfig:
         if self.max_iter < 1 or self.batch_size < 1:
             raise ValueError("max_iter and batch_size must be positive")
 
+    def card_config(self) -> dict[str, Any]:
+        """The configuration the card records: shared fields and the algorithm's own."""
+        shared = {"algorithm": self.algorithm, "seed": self.seed,
+                  "eval_fraction": self.eval_fraction,
+                  "freeze_precision": self.freeze_precision, "alert_recall": self.alert_recall}
+        if self.algorithm == "lgbm":
+            return {**shared, **self.gbt.as_dict()}
+        own = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()
+               if k not in shared and k != "gbt"}
+        return {**shared, **own}
+
 
 @dataclass(frozen=True, slots=True)
 class TrainedModel:
-    """The exported model, its card and the fitted sklearn pipeline it was exported from."""
+    """The exported model, its card and the fitted library model it was exported from (the
+    sklearn pipeline, or the LGBMClassifier)."""
 
     version: str
     onnx_bytes: bytes
@@ -78,9 +109,9 @@ def log1p_nonneg(x: np.ndarray) -> np.ndarray:
     return np.log1p(np.maximum(x, 0.0))
 
 
-def model_version(onnx_bytes: bytes) -> str:
-    """"mlp-" + the first 12 hex digits of the model file's sha256."""
-    return "mlp-" + sha256(onnx_bytes).hexdigest()[:12]
+def model_version(onnx_bytes: bytes, algorithm: Algorithm = "mlp") -> str:
+    """The algorithm ("mlp-", "lgbm-") + the first 12 hex digits of the model file's sha256."""
+    return f"{algorithm}-{sha256(onnx_bytes).hexdigest()[:12]}"
 
 
 def fit_classifier(matrix: np.ndarray, labels: np.ndarray, config: TrainConfig) -> Any:
@@ -117,6 +148,57 @@ def export_classifier(pipeline: Any) -> bytes:
                      biases=mlp.intercepts_)
 
 
+@dataclass(frozen=True, slots=True)
+class _Fitted:
+    """One algorithm's exported model and its parts of the card."""
+
+    onnx_bytes: bytes
+    model_card: dict[str, Any]
+    training_card: dict[str, Any]
+    export_metrics: dict[str, float]
+    libraries: Mapping[str, str]
+    classifier: Any
+
+
+def _fit_mlp(x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray,
+             config: TrainConfig) -> _Fitted:
+    pipeline = fit_classifier(x_train, y_train, config)
+    onnx_bytes = export_classifier(pipeline)
+    scorer = OnnxScorer(onnx_bytes, device="cpu", name="mlp-export-check")
+    sklearn_eval = pipeline.predict_proba(x_eval.astype(np.float64))[:, 1]
+    diff = float(np.max(np.abs(scorer.score(x_eval).astype(np.float64) - sklearn_eval)))
+    if diff > EXPORT_TOLERANCE:
+        raise RuntimeError(f"exported graph differs from sklearn by {diff:.3g} "
+                           f"(> {EXPORT_TOLERANCE}): export bug")
+    mlp = pipeline[2]
+    model_card = {
+        "kind": "mlp", "algorithm": "mlp", "hidden_layers": list(config.hidden),
+        "activation": "relu", "output": "sigmoid", "opset": OPSET, "ir_version": IR_VERSION,
+        "preprocessing": {
+            "id": PREPROCESSING,
+            "graph": "Relu -> Add 1 -> Log -> Sub mean -> Div std",
+            "formula": "z = (log(1 + max(x, 0)) - mean) / std; the -1 sentinel becomes 0 "
+                       "before standardisation; std = 1 for constant columns",
+        },
+    }
+    training_card = {
+        "seed": config.seed, "estimator": "sklearn.neural_network.MLPClassifier",
+        "config": config.card_config(),
+        "iterations": int(mlp.n_iter_), "final_loss": float(mlp.loss_),
+    }
+    return _Fitted(onnx_bytes, model_card, training_card,
+                   {"export_max_abs_diff_vs_sklearn": diff}, {}, pipeline)
+
+
+def _fit_lgbm(x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray,
+              config: TrainConfig) -> _Fitted:
+    fitted = train_gbt(x_train, y_train, config.gbt, seed=config.seed, check_rows=x_eval)
+    training_card = {**fitted.training_card, "config": config.card_config()}
+    return _Fitted(fitted.onnx_bytes, fitted.model_card, training_card,
+                   {"export_max_abs_diff_vs_lightgbm": fitted.export_max_abs_diff},
+                   gbt_library_versions(), fitted.classifier)
+
+
 def train_model(
     table: pa.Table, config: TrainConfig, *, created_from: Mapping[str, Any] | None = None
 ) -> TrainedModel:
@@ -130,18 +212,15 @@ def train_model(
         if y.min() == y.max():
             raise ValueError(f"the {name} days hold only label {int(y[0])}: "
                              "use a longer log or another split")
-    log.info("training on %d rows (%d fraud) before %d, evaluating on %d rows (%d fraud)",
-             len(y_train), int(y_train.sum()), split.boundary_ts_ms, len(y_eval), int(y_eval.sum()))
-    pipeline = fit_classifier(x_train, y_train, config)
-    onnx_bytes = export_classifier(pipeline)
-    version = model_version(onnx_bytes)
+    log.info("training %s on %d rows (%d fraud) before %d, evaluating on %d rows (%d fraud)",
+             config.algorithm, len(y_train), int(y_train.sum()), split.boundary_ts_ms,
+             len(y_eval), int(y_eval.sum()))
+    fit = _fit_lgbm if config.algorithm == "lgbm" else _fit_mlp
+    fitted = fit(x_train, y_train, x_eval, config)
+    onnx_bytes = fitted.onnx_bytes
+    version = model_version(onnx_bytes, config.algorithm)
     scorer = OnnxScorer(onnx_bytes, device="cpu", name=version)
     eval_scores = scorer.score(x_eval)
-    sklearn_eval = pipeline.predict_proba(x_eval.astype(np.float64))[:, 1]
-    diff = float(np.max(np.abs(eval_scores.astype(np.float64) - sklearn_eval)))
-    if diff > EXPORT_TOLERANCE:
-        raise RuntimeError(f"exported graph differs from sklearn by {diff:.3g} "
-                           f"(> {EXPORT_TOLERANCE}): export bug")
     train_scores = scorer.score(x_train)
     chosen = evaluation.choose_thresholds(eval_scores, y_eval,
                                           freeze_precision=config.freeze_precision,
@@ -149,20 +228,12 @@ def train_model(
     if not chosen.freeze_target_met:
         log.warning("no threshold reaches precision %.2f on the evaluation days; freeze at the "
                     "best precision instead", config.freeze_precision)
-    mlp = pipeline[2]
     card: dict[str, Any] = {
         "schema": CARD_SCHEMA,
         "version": version,
         "model": {
             "file": MODEL_FILE, "sha256": sha256(onnx_bytes).hexdigest(), "bytes": len(onnx_bytes),
-            "kind": "mlp", "hidden_layers": list(config.hidden), "activation": "relu",
-            "output": "sigmoid", "opset": OPSET, "ir_version": IR_VERSION,
-            "preprocessing": {
-                "id": PREPROCESSING,
-                "graph": "Relu -> Add 1 -> Log -> Sub mean -> Div std",
-                "formula": "z = (log(1 + max(x, 0)) - mean) / std; the -1 sentinel becomes 0 "
-                           "before standardisation; std = 1 for constant columns",
-            },
+            **fitted.model_card,
         },
         "features": DECLARED.as_list(),
         "input": {"name": INPUT_NAME, "dtype": INPUT_DTYPE, "shape": ["N", DECLARED.width]},
@@ -189,7 +260,7 @@ def train_model(
                 "roc_auc": evaluation.roc_auc(train_scores, y_train),
                 "pr_auc": evaluation.pr_auc(train_scores, y_train),
             },
-            "export_max_abs_diff_vs_sklearn": diff,
+            **fitted.export_metrics,
         },
         "data": {
             "train_rows": int(len(y_train)), "train_positives": int(y_train.sum()),
@@ -197,17 +268,12 @@ def train_model(
             "split": split.describe(),
             "fingerprint": rows.fingerprint, "fingerprint_rule": FINGERPRINT_RULE,
         },
-        "training": {
-            "seed": config.seed, "estimator": "sklearn.neural_network.MLPClassifier",
-            "config": {k: list(v) if isinstance(v, tuple) else v
-                       for k, v in asdict(config).items()},
-            "iterations": int(mlp.n_iter_), "final_loss": float(mlp.loss_),
-        },
+        "training": fitted.training_card,
         "created_from": dict(created_from or {}),
-        "libraries": library_versions(),
+        "libraries": {**library_versions(), **fitted.libraries},
         DRIFT_KEY: build_reference(x_train, train_scores, source=REFERENCE_SOURCE).to_json(),
     }
-    return TrainedModel(version, onnx_bytes, card, pipeline)
+    return TrainedModel(version, onnx_bytes, card, fitted.classifier)
 
 
 def library_versions() -> dict[str, str]:
