@@ -87,6 +87,7 @@ def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction
     --algorithm picks the MLP (default) or LightGBM's gradient-boosted trees; (mlp) and (lgbm)
     options apply to that algorithm only. Either model is served by the same worker.
     """
+    from app.cli.features import merchant_table
     from app.features.offline import compute_features
     from app.features.training_set import build_training_set, read_labels
     from app.scoring.gbt import GbtParams
@@ -110,7 +111,8 @@ def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction
         raise click.UsageError(str(exc)) from None
     began = time.perf_counter()
     offline = compute_features(events, allowed_lateness_ms=lateness, now_ms=now,
-                               max_bytes=settings.max_message_bytes)
+                               max_bytes=settings.max_message_bytes,
+                               merchants=merchant_table(labels))  # known before each day
     try:
         joined = build_training_set(offline, read_labels(labels))
     except ValueError as exc:
