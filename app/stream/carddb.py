@@ -9,15 +9,18 @@ itself, in the same atomic write batch as the records it covers (`write`): Rocks
 replays whole batches after a crash, so the stored offset is never ahead of the data (a
 restart reads only the changelog after it, app.stream.restore). A database that cannot be
 opened (corrupt, or written by an incompatible version) is moved aside and started empty:
-local state is a cache of the changelog, never the truth.
+local state is a cache of the changelog, never the truth. The database also records what it
+mirrors (app id, changelog topic and topic id: app.stream.lineage), and a store, or a
+partition of it, that no longer mirrors its changelog is discarded before it is read.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import struct
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -26,6 +29,8 @@ import rocksdict
 from faust.stores import base
 from faust.types import TP, EventT
 
+from app.stream.lineage import Lineage
+
 log = logging.getLogger(__name__)
 
 #: Keys of the stored offsets; card ids never start with a NUL byte (the contract's alphabet).
@@ -33,6 +38,12 @@ _OFFSET_PREFIX = b"\0offset\0"
 #: A format marker: a database without it (or with another) is not ours to trust.
 _FORMAT_KEY = b"\0format"
 _FORMAT = b"fraudstream-cards-1"
+#: What the database mirrors (app.stream.lineage.Lineage, as JSON).
+_LINEAGE_KEY = b"\0lineage"
+#: A card record's first field: the changelog (= source) partition it belongs to (cardrecord).
+_PARTITION = struct.Struct("<i")
+#: Cards deleted per write batch when a partition is discarded.
+_DISCARD_BATCH = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,17 @@ _UNLOGGED = _unlogged()
 
 def _offset_key(partition: int) -> bytes:
     return _OFFSET_PREFIX + str(partition).encode()
+
+
+def held_offsets(db: rocksdict.Rdict) -> dict[int, int]:
+    """Partition → the last changelog offset the database holds of it (an open database)."""
+    held = {}
+    it = db.iter()
+    it.seek(_OFFSET_PREFIX)
+    while it.valid() and it.key().startswith(_OFFSET_PREFIX):
+        held[int(it.key()[len(_OFFSET_PREFIX):])] = int(it.value())
+        it.next()
+    return held
 
 
 def open_db(path: Path, options: CardDBOptions) -> rocksdict.Rdict:
@@ -172,8 +194,65 @@ class CardDB(base.SerializedStore):
         if self._db is not None:
             self._db.flush(True)
 
+    # --- what it mirrors (app.stream.lineage) ----------------------------------------------
+
+    def lineage(self) -> Lineage | None:
+        """The lineage recorded (None: none, or not readable)."""
+        raw = self.db.get(_LINEAGE_KEY)
+        if raw is None:
+            return None
+        try:
+            return Lineage.from_json(raw)
+        except ValueError:
+            return None
+
+    def record_lineage(self, lineage: Lineage) -> None:
+        self.db.put(_LINEAGE_KEY, lineage.to_json())
+
+    def holds_data(self) -> bool:
+        """Whether it holds any card or offset (its format marker and lineage aside)."""
+        it = self.db.iter()
+        it.seek_to_first()
+        while it.valid():
+            if it.key() not in (_FORMAT_KEY, _LINEAGE_KEY):
+                return True
+            it.next()
+        return False
+
+    def held_offset(self, partition: int) -> int | None:
+        """The last changelog offset of `partition` the store holds (None: none)."""
+        raw = self.db.get(_offset_key(partition))
+        return int(raw) if raw is not None else None
+
+    def discard_partitions(self, partitions: Collection[int]) -> int:
+        """Delete every card whose record names one of `partitions` (its changelog partition,
+        app.stream.cardrecord), then those partitions' offsets; returns how many cards went.
+        The offsets go last: a crash midway leaves them, and the next recovery discards again."""
+        wanted = frozenset(partitions)
+        count = 0
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        it = self.db.iter()
+        it.seek(b"\x01")  # past the keys starting with NUL (marker, lineage, offsets)
+        while it.valid():
+            value = it.value()
+            if len(value) >= _PARTITION.size and _PARTITION.unpack_from(value)[0] in wanted:
+                batch.delete(it.key())
+                count += 1
+                if len(batch) >= _DISCARD_BATCH:
+                    self.db.write(batch)
+                    batch = rocksdict.WriteBatch(raw_mode=True)
+            it.next()
+        if len(batch):
+            self.db.write(batch)
+        offsets = rocksdict.WriteBatch(raw_mode=True)
+        for partition in wanted:
+            offsets.delete(_offset_key(partition))
+        self.db.write(offsets)
+        return count
+
     def drop(self) -> None:
-        """Empty the store (local state found ahead of the changelog): restored from scratch."""
+        """Empty the store (local state that no longer mirrors the changelog): restored from
+        scratch."""
         self.close()
         shutil.rmtree(self.path, ignore_errors=True)
 
@@ -185,8 +264,7 @@ class CardDB(base.SerializedStore):
     # --- Faust's store interface ---------------------------------------------------------
 
     def persisted_offset(self, tp: TP) -> int | None:
-        raw = self.db.get(_offset_key(tp.partition))
-        return int(raw) if raw is not None else None
+        return self.held_offset(tp.partition)
 
     def set_persisted_offset(self, tp: TP, offset: int) -> None:
         self.db.put(_offset_key(tp.partition), str(offset).encode())
