@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from app.features.declaration import DAY_MS, FEATURE_NAMES, MERCHANT_FEATURE_NAMES
+from app.features.declaration import FEATURE_NAMES, HOUR_MS, MERCHANT_FEATURE_NAMES
 from app.features.merchant import MerchantBook
 
 #: Compared per served row besides the features (the served row must name the same event).
@@ -103,7 +103,7 @@ def audit(served_rows: Iterable[object], offline_table: pa.Table, *,
     A served row is a mapping with txn_id, card_id, ts_ms and features ({name: value}); any
     other item counts as invalid. Offline rows are keyed by (card_id, txn_id). The offline
     merchant features are those of the whole label log; a row served with a label cut before
-    its transaction's day (`label_cut_ms`) is compared with the merchant features of that cut,
+    its transaction's hour (`label_cut_ms`) is compared with the merchant features of that cut,
     recomputed from `labels` (the same log as a book; the table must carry `merchant_id`).
     """
     expected_by_key = _offline_index(offline_table)
@@ -128,7 +128,7 @@ def audit(served_rows: Iterable[object], offline_table: pa.Table, *,
         report.compared += 1
         cut = row.get("label_cut_ms")
         if (type(cut) is int and labels is not None and key in merchant_of
-                and cut // DAY_MS < expected[0] // DAY_MS):
+                and cut // HOUR_MS < expected[0] // HOUR_MS):
             at_cut = labels.vector(merchant_of[key], expected[0], cut)
             expected = (*expected[:_MERCHANT_AT], *at_cut)
         bad = False

@@ -46,8 +46,9 @@ _FEED_AGGREGATES: Final[Mapping[str, frozenset[str]]] = {
                                "ratio_to_mean"}),
     "labels": frozenset({"labelled", "fraud_share"}),
 }
-#: Label-fed windows are whole UTC days (a label is known from the day after it is reported).
-DAY_MS: Final = 86_400_000
+#: Label-fed windows and delays are whole hours (a label is known from the hour after it is
+#: reported).
+HOUR_MS: Final = 3_600_000
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,10 +90,10 @@ class Feature:
         if (self.entity == "merchant") != (self.feed == "labels"):
             raise ValueError(f"feature {self.name}: merchant features come from labels, card "
                              "features from transactions")
-        if self.feed == "labels" and (self.delay is None or self.window.ms % DAY_MS
-                                      or self.delay.ms % DAY_MS):
+        if self.feed == "labels" and (self.delay is None or self.window.ms % HOUR_MS
+                                      or self.delay.ms % HOUR_MS):
             raise ValueError(f"feature {self.name}: a label-fed window and its delay are whole "
-                             "days")
+                             "hours")
         if self.feed == "transactions" and self.delay is not None:
             raise ValueError(f"feature {self.name}: only label-fed features have a delay")
         if AGGREGATE_DTYPES.get(self.aggregate) != self.dtype:
@@ -113,7 +114,7 @@ W30D: Final = Window(name="30d", ms=30 * 86_400_000)
 WINDOWS: Final[tuple[Window, ...]] = (W1M, W5M, W1H, W24H)
 #: Card windows of long history: only count and mean are declared over them.
 LONG_WINDOWS: Final[tuple[Window, ...]] = (W7D, W30D)
-W1D: Final = Window(name="1d", ms=DAY_MS)
+W1D: Final = Window(name="1d", ms=24 * HOUR_MS)
 #: How long after a transaction its label is taken to be known (the Fraud Detection Handbook's
 #: delay): merchant windows end this long before the scored transaction's day.
 LABEL_DELAY: Final = W7D
@@ -140,12 +141,12 @@ def _long_features(w: Window) -> tuple[Feature, ...]:
 
 
 def _merchant_features(w: Window) -> tuple[Feature, ...]:
-    days = f"the {w.name} ending {LABEL_DELAY.name} before the transaction's day"
+    hours = f"the {w.name} ending {LABEL_DELAY.name} before the transaction's hour"
     return (
         Feature(name=f"merchant_labelled_{w.name}", aggregate="labelled", source="label",
                 window=w, dtype="int64", entity="merchant", feed="labels", delay=LABEL_DELAY,
-                description=f"Labels known (reported before the transaction's day) for the "
-                f"merchant's transactions of {days}."),
+                description=f"Labels known (reported before the transaction's hour) for the "
+                f"merchant's transactions of {hours}."),
         Feature(name=f"merchant_fraud_share_{w.name}", aggregate="fraud_share", source="label",
                 window=w, dtype="float64", entity="merchant", feed="labels", delay=LABEL_DELAY,
                 description=f"Fraud labels / merchant_labelled_{w.name} (0.0 when none): the "

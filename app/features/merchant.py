@@ -1,62 +1,71 @@
-"""Merchant features: the labels of a merchant's transactions over delayed whole-day windows.
+"""Merchant features: the labels of a merchant's transactions over delayed whole-hour windows.
 
 The rule (one definition, evaluated online by `MerchantBook` and offline by `MerchantTable`)
 ------------------------------------------------------------------------------------------
 A label ℓ counts when it names the labelled transaction's merchant `m` and event time `t`
-(labels without them feed no merchant feature). Days are UTC days, `day(x) = x // DAY_MS`.
-ℓ is *known* from the day after it was reported: `known(ℓ) = day(reported_at) + 1`.
+(labels without them feed no merchant feature). Hours are whole UTC hours,
+`hour(x) = x // HOUR_MS`. ℓ is *known* from the hour after it was reported:
+`known(ℓ) = hour(reported_at) + 1`.
 
 A transaction at τ on merchant m, scored with the label feed read through `cut` (every label
 reported before `cut` has been read; offline the cut is +∞), gets for each declared window of
-n days and delay D (7 days: the Fraud Detection Handbook's):
+n hours and delay D (7 days: the Fraud Detection Handbook's):
 
-    counted = { ℓ of m : day(τ) − D − n ≤ day(t) < day(τ) − D  and  known(ℓ) ≤ min(day(τ), day(cut)) }
-    merchant_labelled_<n>   = |counted|
+    counted = { ℓ of m : hour(τ) − D − n ≤ hour(t) < hour(τ) − D
+                         and known(ℓ) ≤ min(hour(τ), hour(cut)) }
+    merchant_labelled_<n>    = |counted|
     merchant_fraud_share_<n> = |{ℓ ∈ counted : label = 1}| / |counted|   (0.0 when empty)
 
-So the value depends only on (m, day(τ), min(day(τ), day(cut))) and the label log: a replay,
-a redelivery or another worker gets the same bits whenever its cut has passed τ's day (the
-served row records the cut it used, and the audit recomputes with it). Each label_id counts
-once (the first record); a correction is a second label of the same transaction, with its own
-id, and both count from the day each is known. Counts are integers; the share is one Python
-int / int division in both evaluators (numpy's float64 division of the same two integers
+So the value depends only on (m, hour(τ), min(hour(τ), hour(cut))) and the label log: a
+replay, a redelivery or another worker gets the same bits whenever its cut has passed τ's hour
+(the served row records the cut it used, and the audit recomputes with it). Each label_id
+counts once (the first record); a correction is a second label of the same transaction, with
+its own id, and both count from the hour each is known. Counts are integers; the share is one
+Python int / int division in both evaluators (numpy's float64 division of the same two integers
 gives the same bits below 2**53).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
-from app.features.declaration import DAY_MS, MERCHANT_FEATURES, Feature, FeatureValue
+from app.features.declaration import HOUR_MS, MERCHANT_FEATURES, FeatureValue
 from app.transactions.labels import LabelRecord
 
-#: Days of delay and of window per merchant feature, in declaration order.
-_SPECS: Final = tuple((f.aggregate, f.window.ms // DAY_MS, f.delay.ms // DAY_MS)
+#: (aggregate, window hours, delay hours) per merchant feature, in declaration order.
+_SPECS: Final = tuple((f.aggregate, f.window.ms // HOUR_MS, f.delay.ms // HOUR_MS)
                       for f in MERCHANT_FEATURES if f.delay is not None)
 #: The distinct (window, delay) pairs, each giving one (labelled, frauds) pair of counts.
 _WINDOWS: Final = tuple(dict.fromkeys((n, d) for _, n, d in _SPECS))
 _PICK: Final = tuple((_WINDOWS.index((n, d)), agg) for agg, n, d in _SPECS)
-#: How far back a label's transaction day can matter for a query day.
-_REACH_DAYS: Final = max((n + d for n, d in _WINDOWS), default=0)
+#: How far back a label's transaction hour can matter for a query hour.
+_REACH: Final = max((n + d for n, d in _WINDOWS), default=0)
+#: A label known no later than this many hours after its transaction's hour counts in every
+#: window that holds it, whatever the query hour: only later ("slow") labels need a check.
+_PROMPT: Final = min((d for _, d in _WINDOWS), default=0) + 1
 #: The vector without any label (every count 0, every share 0.0).
 EMPTY: Final[tuple[FeatureValue, ...]] = tuple(
     0 if agg == "labelled" else 0.0 for agg, _, _ in _SPECS)
-#: A cut that has passed every day (offline: the whole label log is known).
+#: A cut that has passed every hour (offline: the whole label log is known).
 NO_CUT: Final = 2**62
+#: Online, how far back labels are kept (hours): the widest window and delay, plus a month
+#: for transactions re-scored within the card state's horizon (redeliveries within 30 days).
+ONLINE_HORIZON_HOURS: Final = _REACH + 32 * 24
 
 
-def day_of(ts_ms: int) -> int:
-    """The UTC day index of a time in ms."""
-    return ts_ms // DAY_MS
+def hour_of(ts_ms: int) -> int:
+    """The UTC hour index of a time in ms."""
+    return ts_ms // HOUR_MS
 
 
-def known_day(reported_at_ms: int) -> int:
-    """The first day a label reported at `reported_at_ms` counts for."""
-    return reported_at_ms // DAY_MS + 1
+def known_hour(reported_at_ms: int) -> int:
+    """The first hour a label reported at `reported_at_ms` counts for."""
+    return reported_at_ms // HOUR_MS + 1
 
 
 def _vector(counts: Sequence[tuple[int, int]]) -> tuple[FeatureValue, ...]:
@@ -70,114 +79,163 @@ def _vector(counts: Sequence[tuple[int, int]]) -> tuple[FeatureValue, ...]:
     return tuple(out)
 
 
-def usable(rec: LabelRecord) -> bool:
-    """True when a label can feed the merchant features (it names merchant and event time)."""
-    return rec.merchant_id is not None and rec.txn_ts_ms is not None
+class _Labels:
+    """One merchant's labels ordered by transaction hour, with prefix counts."""
+
+    __slots__ = ("hours", "known", "fraud", "cum_n", "cum_f", "slow")
+
+    def __init__(self) -> None:
+        self.hours: list[int] = []
+        self.known: list[int] = []
+        self.fraud: list[int] = []
+        self.cum_n: list[int] = [0]  # labels before index i
+        self.cum_f: list[int] = [0]
+        self.slow: list[tuple[int, int, int]] = []  # (txn hour, known hour, fraud), sorted
+
+    def add(self, thour: int, khour: int, fraud: int) -> None:
+        if khour > thour + _PROMPT:
+            insort(self.slow, (thour, khour, fraud))
+        if not self.hours or thour >= self.hours[-1]:
+            self.hours.append(thour)
+            self.known.append(khour)
+            self.fraud.append(fraud)
+            self.cum_n.append(self.cum_n[-1] + 1)
+            self.cum_f.append(self.cum_f[-1] + fraud)
+            return
+        i = bisect_left(self.hours, thour + 1)  # after the labels of the same hour
+        self.hours.insert(i, thour)
+        self.known.insert(i, khour)
+        self.fraud.insert(i, fraud)
+        self._rebuild(i)
+
+    def _rebuild(self, start: int) -> None:
+        n, f = self.cum_n[start], self.cum_f[start]
+        del self.cum_n[start + 1:], self.cum_f[start + 1:]
+        for y in self.fraud[start:]:
+            n += 1
+            f += y
+            self.cum_n.append(n)
+            self.cum_f.append(f)
+
+    def drop_before(self, hour: int) -> None:
+        i = bisect_left(self.hours, hour)
+        if i:
+            del self.hours[:i], self.known[:i], self.fraud[:i]
+            self.cum_n = [0]
+            self.cum_f = [0]
+            self._rebuild(0)
+            self.slow = [x for x in self.slow if x[0] >= hour]
+
+    def counts(self, hour: int, eff: int) -> list[tuple[int, int]]:
+        out = []
+        for n, delay in _WINDOWS:
+            lo, hi = hour - delay - n, hour - delay
+            i, j = bisect_left(self.hours, lo), bisect_left(self.hours, hi)
+            labelled = self.cum_n[j] - self.cum_n[i]
+            frauds = self.cum_f[j] - self.cum_f[i]
+            if eff >= hi + _PROMPT - 1:  # every prompt label in the window is known
+                slow = self.slow
+                for s in range(bisect_left(slow, (lo,)), bisect_left(slow, (hi,))):
+                    _, kh, y = slow[s]
+                    if kh > eff:
+                        labelled -= 1
+                        frauds -= y
+            else:  # a cut inside the window's reach: check each label (rare)
+                for k in range(i, j):
+                    if self.known[k] > eff:
+                        labelled -= 1
+                        frauds -= self.fraud[k]
+            out.append((labelled, frauds))
+        return out
 
 
 class MerchantBook:
     """The online evaluator: labels folded as they are read, vectors looked up per transaction.
 
-    Per merchant: txn day → known day → [labels, frauds]. A vector is computed once per
-    (merchant, day, effective cut day) and cached until a label of that merchant arrives.
-    `horizon_days`: labels whose transaction day is that far behind the newest day asked about
-    are let go (None: keep everything, as offline).
+    Per merchant its labels ordered by transaction hour with prefix counts, so a window is two
+    bisects; a vector is cached per (merchant, hour, effective cut hour) until a label of that
+    merchant arrives. `horizon_hours`: labels whose transaction hour is that far behind the
+    newest hour asked about are let go (None: keep everything, as offline).
     """
 
-    __slots__ = ("_by_merchant", "_cache", "_seen", "_newest_day", "_horizon", "labels")
+    __slots__ = ("_by_merchant", "_cache", "_seen", "_newest", "_evicted_day", "_horizon",
+                 "labels")
 
-    def __init__(self, *, horizon_days: int | None = None) -> None:
-        self._by_merchant: dict[str, dict[int, dict[int, list[int]]]] = {}
+    def __init__(self, *, horizon_hours: int | None = None) -> None:
+        self._by_merchant: dict[str, _Labels] = {}
         self._cache: dict[str, dict[tuple[int, int], tuple[FeatureValue, ...]]] = {}
         self._seen: dict[int, set[str]] = {}  # txn day → label ids (let go with the day)
-        self._newest_day = -(2**62)
-        self._horizon = horizon_days
+        self._newest = -(2**62)
+        self._evicted_day = -(2**62)
+        self._horizon = horizon_hours
         #: labels folded (usable, first of their id)
         self.labels = 0
 
     def add(self, rec: LabelRecord) -> bool:
-        """Fold one label; False when it cannot count (no merchant or time, or seen before)."""
+        """Fold one label; False when it cannot count (no merchant or time, seen, too old)."""
         if rec.merchant_id is None or rec.txn_ts_ms is None:
             return False
-        tday = day_of(rec.txn_ts_ms)
-        if self._horizon is not None and tday < self._newest_day - self._horizon:
+        thour = hour_of(rec.txn_ts_ms)
+        if self._horizon is not None and thour < self._newest - self._horizon:
             return False  # can no longer count for any transaction still to be scored
-        seen = self._seen.setdefault(tday, set())
+        seen = self._seen.setdefault(thour // 24, set())
         if rec.label_id in seen:
             return False
         seen.add(rec.label_id)
-        cell = self._by_merchant.setdefault(rec.merchant_id, {}).setdefault(tday, {}) \
-            .setdefault(known_day(rec.reported_at_ms), [0, 0])
-        cell[0] += 1
-        cell[1] += rec.label
+        labels = self._by_merchant.get(rec.merchant_id)
+        if labels is None:
+            labels = self._by_merchant[rec.merchant_id] = _Labels()
+        labels.add(thour, known_hour(rec.reported_at_ms), rec.label)
         self._cache.pop(rec.merchant_id, None)
         self.labels += 1
         return True
 
-    def vector(self, merchant_id: str, ts_ms: int, cut_ms: int = NO_CUT) -> tuple[FeatureValue, ...]:
+    def vector(self, merchant_id: str, ts_ms: int,
+               cut_ms: int = NO_CUT) -> tuple[FeatureValue, ...]:
         """The merchant features (MERCHANT_FEATURE_NAMES order) of a transaction at `ts_ms`."""
-        day = ts_ms // DAY_MS
-        if day > self._newest_day:
-            self._advance(day)
-        days = self._by_merchant.get(merchant_id)
-        if days is None:
+        hour = ts_ms // HOUR_MS
+        if hour > self._newest:
+            self._advance(hour)
+        labels = self._by_merchant.get(merchant_id)
+        if labels is None:
             return EMPTY
-        eff = min(day, cut_ms // DAY_MS)
-        cached = self._cache.setdefault(merchant_id, {})
-        key = (day, eff)
+        eff = min(hour, cut_ms // HOUR_MS)
+        cached = self._cache.get(merchant_id)
+        if cached is None:
+            cached = self._cache[merchant_id] = {}
+        key = (hour, eff)
         got = cached.get(key)
         if got is None:
-            got = cached[key] = _vector(self._counts(days, day, eff))
+            got = cached[key] = _vector(labels.counts(hour, eff))
         return got
 
-    @staticmethod
-    def _counts(days: dict[int, dict[int, list[int]]], day: int,
-                eff: int) -> list[tuple[int, int]]:
-        out = []
-        for n, delay in _WINDOWS:
-            labelled = frauds = 0
-            for tday in range(day - delay - n, day - delay):
-                by_known = days.get(tday)
-                if by_known:
-                    for kday, (c, f) in by_known.items():
-                        if kday <= eff:
-                            labelled += c
-                            frauds += f
-            out.append((labelled, frauds))
-        return out
-
-    def _advance(self, day: int) -> None:
-        self._newest_day = day
-        if self._horizon is None:
-            return
-        floor = day - self._horizon
-        self._cache.clear()  # a new day: yesterday's vectors are asked for again only rarely
-        for tday in [d for d in self._seen if d < floor]:
-            del self._seen[tday]
+    def _advance(self, hour: int) -> None:
+        self._newest = hour
+        self._cache.clear()  # a new hour: earlier vectors are asked for again only rarely
+        if self._horizon is None or hour // 24 == self._evicted_day:
+            return  # let go of old labels once a day
+        self._evicted_day = hour // 24
+        floor = hour - self._horizon
+        for day in [d for d in self._seen if d < floor // 24]:
+            del self._seen[day]
         for m in list(self._by_merchant):
-            days = self._by_merchant[m]
-            for tday in [d for d in days if d < floor]:
-                del days[tday]
-            if not days:
+            labels = self._by_merchant[m]
+            labels.drop_before(floor)
+            if not labels.hours:
                 del self._by_merchant[m]
-
-
-#: Online, how far back labels are kept: the widest window and delay, plus a month for
-#: transactions re-scored from the card state's horizon (redeliveries within 30 days).
-ONLINE_HORIZON_DAYS: Final = _REACH_DAYS + 32
 
 
 @dataclass(frozen=True, slots=True)
 class MerchantTable:
     """The offline evaluator over a whole label log (full knowledge: no cut).
 
-    Each label adds +1 (and +label) to its merchant's counts on the days it counts for,
-    [max(day(t) + D + 1, known), day(t) + D + n], as a +/− pair; a query (merchant, day) is
-    the prefix sum of its merchant's pairs up to that day, found by one searchsorted.
+    Each label adds +1 (and +label) to its merchant's counts on the hours it counts for,
+    [max(hour(t) + D + 1, known), hour(t) + D + n], as a +/− pair; a query (merchant, hour) is
+    the prefix sum of its merchant's pairs up to that hour, found by one searchsorted.
     """
 
     codes: dict[str, int]
-    keys: tuple[np.ndarray, ...]  # per window: sorted int64 keys (merchant code, day)
+    keys: tuple[np.ndarray, ...]  # per window: sorted int64 keys (merchant code, hour)
     labelled: tuple[np.ndarray, ...]  # per window: prefix sums in key order
     frauds: tuple[np.ndarray, ...]
 
@@ -194,8 +252,8 @@ class MerchantTable:
                 continue
             seen.add(rec.label_id)
             m_list.append(codes.setdefault(rec.merchant_id, len(codes)))
-            t_list.append(day_of(rec.txn_ts_ms))
-            k_list.append(known_day(rec.reported_at_ms))
+            t_list.append(rec.txn_ts_ms // HOUR_MS)
+            k_list.append(rec.reported_at_ms // HOUR_MS + 1)
             y_list.append(rec.label)
         m = np.asarray(m_list, dtype=np.int64)
         t = np.asarray(t_list, dtype=np.int64)
@@ -222,18 +280,21 @@ class MerchantTable:
         get = self.codes.get
         code = np.fromiter((get(x, -1) for x in merchant_ids), dtype=np.int64,
                            count=len(merchant_ids))
-        day = np.asarray(ts_ms, dtype=np.int64) // DAY_MS
+        hour = np.asarray(ts_ms, dtype=np.int64) // HOUR_MS
         known = code >= 0
-        qkey = _key(np.where(known, code, 0), day)
+        qkey = _key(np.where(known, code, 0), hour)
         per_window = []
         for w in range(len(_WINDOWS)):
             keys = self.keys[w]
+            if not len(keys):
+                zero = np.zeros(len(code), dtype=np.int64)
+                per_window.append((zero, zero))
+                continue
             idx = np.searchsorted(keys, qkey, side="right") - 1
             hit = known & (idx >= 0)
             safe = np.where(hit, idx, 0)
-            lab = np.where(hit, self.labelled[w][safe] if len(keys) else 0, 0)
-            fr = np.where(hit, self.frauds[w][safe] if len(keys) else 0, 0)
-            per_window.append((lab, fr))
+            per_window.append((np.where(hit, self.labelled[w][safe], 0),
+                               np.where(hit, self.frauds[w][safe], 0)))
         out: list[np.ndarray] = []
         for w, agg in _PICK:
             lab, fr = per_window[w]
@@ -247,13 +308,9 @@ class MerchantTable:
         return out
 
 
-_DAY_BITS: Final = 24  # day indices up to ~45,000 years: the key is (code << 24) | (day + 2**23)
+#: The key packs (merchant code, hour): hours since 1970 fit in 32 bits for 490,000 years.
+_HOUR_BITS: Final = 32
 
 
-def _key(code: np.ndarray, day: np.ndarray) -> np.ndarray:
-    return (code.astype(np.int64) << _DAY_BITS) | (day.astype(np.int64) + (1 << 23))
-
-
-def feature_of(name: str) -> Feature:
-    """The declared merchant feature named `name`."""
-    return next(f for f in MERCHANT_FEATURES if f.name == name)
+def _key(code: np.ndarray, hour: np.ndarray) -> np.ndarray:
+    return (code.astype(np.int64) << _HOUR_BITS) | (hour.astype(np.int64) + (1 << 31))

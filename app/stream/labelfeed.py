@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from prometheus_client import Counter, Gauge
 
-from app.features.merchant import ONLINE_HORIZON_DAYS, MerchantBook
+from app.features.merchant import ONLINE_HORIZON_HOURS, MerchantBook
 from app.kafka import topics
 from app.kafka.inspect import start_or_close
 from app.security.kafka import kafka_client_kwargs
@@ -50,7 +50,7 @@ class LabelView:
     """The merchant book and its cut, as the score pipeline reads them (one cut per batch)."""
 
     def __init__(self, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-        self.book = MerchantBook(horizon_days=ONLINE_HORIZON_DAYS)
+        self.book = MerchantBook(horizon_hours=ONLINE_HORIZON_HOURS)
         #: labels reported before this have been read (0 until the first round is complete)
         self.cut_ms = 0
         self.ready = asyncio.Event()
@@ -113,7 +113,7 @@ async def follow_labels(settings: Settings, view: LabelView, *,
                     await asyncio.sleep(round_s)
                     continue
             ends = await consumer.end_offsets(tps)
-            while any(await consumer.position(tp) < ends[tp] for tp in tps):
+            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
                 batch = await consumer.getmany(*tps, timeout_ms=200)
                 for records in batch.values():
                     for msg in records:

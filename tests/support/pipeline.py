@@ -18,6 +18,7 @@ from app.kafka.records import H_SOURCE_OFFSET, H_SOURCE_PARTITION
 from app.kafka.topics import drop_topics
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
+from app.transactions.labels import LabelRecord
 from app.transactions.producer import replay_messages
 from tests.support.procs import Spawned, free_port, wait_until
 from tests.support.redisdb import flush_db, with_db
@@ -149,15 +150,38 @@ def require_compiled_fold() -> None:
             "to the online CardState code it is meant to check")
 
 
-def audit_served(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - AuditReport
-    """audit-skew of features.served against the offline evaluator over the same log."""
+def audit_served(settings: Settings, lines: Sequence[bytes],
+                 labels: Sequence[LabelRecord] = ()):  # noqa: ANN201 - AuditReport
+    """audit-skew of features.served against the offline evaluator over the same log, the
+    merchant features from `labels` (the label log the workers read)."""
     from app.features.audit import audit
+    from app.features.merchant import MerchantBook, MerchantTable
     from app.features.offline import compute_features
 
     require_compiled_fold()
     offline = compute_features(lines, allowed_lateness_ms=settings.allowed_lateness_ms,
-                               now_ms=time.time_ns() // 1_000_000)
-    return audit(served_rows(settings), offline.table)
+                               now_ms=time.time_ns() // 1_000_000,
+                               merchants=MerchantTable.of(labels), extra=("merchant_id",))
+    book = MerchantBook()
+    for rec in labels:
+        book.add(rec)
+    return audit(served_rows(settings), offline.table, labels=book)
+
+
+def label_records(log: GeneratedLog) -> list[LabelRecord]:
+    """The generated log's labels as `fraudstream labels` would send them."""
+    import orjson
+
+    from app.transactions.labels import parse_label_row
+
+    now = time.time_ns() // 1_000_000
+    return [parse_label_row(orjson.loads(line), now_ms=now, default_source="test")
+            for chunk in log.label_chunks() for line in chunk.split(b"\n") if line]
+
+
+def send_label_records(settings: Settings, labels: Sequence[LabelRecord]) -> None:
+    """Produce label records to the labels topic, keyed as the label importer keys them."""
+    produce(settings, topics.LABELS, [(rec.key, rec.to_json()) for rec in labels])
 
 
 def live_actions(settings: Settings) -> dict[str, list[dict[str, object]]]:
@@ -171,8 +195,10 @@ def live_actions(settings: Settings) -> dict[str, list[dict[str, object]]]:
     return out
 
 
-def oracle_for(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - OracleRun
+def oracle_for(settings: Settings, lines: Sequence[bytes],
+               labels: Sequence[LabelRecord] = ()):  # noqa: ANN201 - OracleRun
     """`fraudstream score` in-process: what the pipeline must emit for `lines`."""
+    from app.features.merchant import MerchantTable
     from app.scoring.oracle import run_oracle
     from app.scoring.registry import ModelRegistry
 
@@ -180,13 +206,15 @@ def oracle_for(settings: Settings, lines: Sequence[bytes]):  # noqa: ANN201 - Or
     registry = ModelRegistry(settings.model_dir, device="cpu")
     return run_oracle(lines, registry, version=settings.model_version,
                       allowed_lateness_ms=settings.allowed_lateness_ms,
-                      now_ms=time.time_ns() // 1_000_000)
+                      now_ms=time.time_ns() // 1_000_000,
+                      merchants=MerchantTable.of(labels) if labels else None)
 
 
-def assert_live_matches_oracle(settings: Settings, lines: Sequence[bytes]) -> int:
+def assert_live_matches_oracle(settings: Settings, lines: Sequence[bytes],
+                               labels: Sequence[LabelRecord] = ()) -> int:
     """Live actions == oracle actions: same keys and types, scores within 1e-5."""
     live = live_actions(settings)
-    oracle = {a.idempotency_key: a for a in oracle_for(settings, lines).actions}
+    oracle = {a.idempotency_key: a for a in oracle_for(settings, lines, labels).actions}
     assert set(live) == set(oracle), (
         f"missing {len(set(oracle) - set(live))}, extra {len(set(live) - set(oracle))}")
     for key, copies in live.items():

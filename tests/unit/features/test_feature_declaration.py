@@ -14,6 +14,7 @@ from app.features.declaration import (
     MAX_WINDOW_MS,
     MERCHANT_FEATURE_NAMES,
     W1H,
+    W5M,
     W7D,
     Feature,
     render_markdown,
@@ -56,8 +57,8 @@ def test_features_are_validated_data() -> None:
     with pytest.raises(ValueError, match="merchant features come from labels"):
         Feature(name="x", aggregate="labelled", source="label", window=W7D, dtype="int64",
                 description="d", entity="card", feed="labels", delay=LABEL_DELAY)
-    with pytest.raises(ValueError, match="whole days"):
-        Feature(name="x", aggregate="labelled", source="label", window=W1H, dtype="int64",
+    with pytest.raises(ValueError, match="whole hours"):
+        Feature(name="x", aggregate="labelled", source="label", window=W5M, dtype="int64",
                 description="d", entity="merchant", feed="labels", delay=LABEL_DELAY)
 
 

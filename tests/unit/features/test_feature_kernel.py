@@ -9,6 +9,7 @@ from feature_logs import BASE, L, card_logs, txn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.features.merchant import EMPTY as NO_LABELS
 from app.features.offline import FeaturePass, compute_features, read_log
 from app.features.outcome import Accepted, Late, Redelivered
 from app.features.reference import reference_features
@@ -48,7 +49,7 @@ def test_fold_equals_card_state_bit_for_bit(case: tuple[int, list[Transaction], 
         got = states.setdefault(t.card_id, CardState.empty()).apply(
             t, allowed_lateness_ms=lateness)
         if isinstance(got, Accepted):
-            want.append((t.txn_id, t.card_id, t.ts_ms, *got.features))
+            want.append((t.txn_id, t.card_id, t.ts_ms, *got.features, *NO_LABELS))
         late += isinstance(got, Late)
         redelivered += isinstance(got, Redelivered)
     assert repr(rows) == repr(want)  # repr: 5 is not 5.0, floats shown exactly

@@ -7,10 +7,11 @@ import struct
 
 import numpy as np
 
-from app.features.declaration import DAY_MS, MERCHANT_FEATURE_NAMES
+from app.features.declaration import HOUR_MS, MERCHANT_FEATURE_NAMES
 from app.features.merchant import EMPTY, NO_CUT, MerchantBook, MerchantTable
 from app.transactions.labels import LabelRecord
 
+DAY_MS = 24 * HOUR_MS
 BASE = 17_800 * DAY_MS  # a day boundary (2018-09-25)
 
 
@@ -27,9 +28,9 @@ def named(values: tuple[int | float, ...]) -> dict[str, int | float]:
 
 def test_the_rule_by_hand() -> None:
     labels = [
-        lab(1, "m1", 0.5, 7.5, 1),    # txn day 0, known from day 8
-        lab(2, "m1", 1.2, 8.2, 0),    # txn day 1, known from day 9
-        lab(3, "m1", 1.9, 20.0, 1),   # txn day 1, known only from day 21
+        lab(1, "m1", 0.5, 7.5, 1),    # txn hour 12, known from hour 181
+        lab(2, "m1", 1.2, 8.2, 0),    # txn hour 28, known from hour 197
+        lab(3, "m1", 1.9, 20.0, 1),   # txn hour 45, known only from hour 481
         lab(4, "m2", 1.0, 8.0, 1),    # another merchant
         lab(5, None, 1.0, 8.0, 1),    # no merchant: feeds nothing
         lab(6, "m1", 1.0, 8.0, 1, ts=False),  # no event time: feeds nothing
@@ -38,20 +39,20 @@ def test_the_rule_by_hand() -> None:
     book = MerchantBook()
     assert [book.add(x) for x in labels] == [True, True, True, True, False, False, False]
     table = MerchantTable.of(labels)
-    # a transaction on day 8: the 1d window is txn day 0 (day 8 − 7 − 1 .. day 8 − 7)
+    # a transaction at hour 192 (day 8): the 1d window is txn hours [192 − 168 − 24, 192 − 168)
     at = BASE + 8 * DAY_MS + 5
     v = named(book.vector("m1", at))
     assert (v["merchant_labelled_1d"], v["merchant_fraud_share_1d"]) == (1, 1.0)
     assert (v["merchant_labelled_7d"], v["merchant_labelled_30d"]) == (1, 1)
-    # day 9: txn days 1 (1d) and 0..1 (7d); label 3 is not known yet (day 21)
+    # hour 216: txn hours [24, 48) (1d) and [−120, 48) (7d); label 3 is not known yet
     v = named(book.vector("m1", BASE + 9 * DAY_MS))
     assert (v["merchant_labelled_1d"], v["merchant_fraud_share_1d"]) == (1, 0.0)
     assert (v["merchant_labelled_7d"], v["merchant_fraud_share_7d"]) == (2, 0.5)
-    # day 21: label 3 is known; 1d window (txn day 13) is empty, 7d (days 7..13) too
+    # hour 504: label 3 is known; the 1d window [312, 336) is empty, 7d [168, 336) too
     v = named(book.vector("m1", BASE + 21 * DAY_MS))
     assert v["merchant_labelled_7d"] == 0 and v["merchant_fraud_share_7d"] == 0.0
     assert (v["merchant_labelled_30d"], v["merchant_fraud_share_30d"]) == (3, 2 / 3)
-    # a cut before day 9 hides label 2 from a day-9 transaction
+    # a cut at hour 192 hides label 2 (known from 197) from an hour-216 transaction
     v = named(book.vector("m1", BASE + 9 * DAY_MS, cut_ms=BASE + 8 * DAY_MS + 1))
     assert (v["merchant_labelled_7d"], v["merchant_fraud_share_7d"]) == (1, 1.0)
     assert book.vector("nobody", at) == EMPTY
@@ -90,19 +91,33 @@ def test_online_book_equals_offline_table_on_random_logs() -> None:
             assert _bits(book.vector(m, t, NO_CUT)) == _bits(want), (m, t)
         # with a cut, the book equals a table built from the labels known by then
         cut = BASE + rng.randint(0, 100 * DAY_MS)
-        known = [x for x in labels if x.reported_at_ms < cut // DAY_MS * DAY_MS]
+        known = [x for x in labels if x.reported_at_ms < cut // HOUR_MS * HOUR_MS]
         for m, t in queries:
-            if t // DAY_MS >= cut // DAY_MS:
+            if t // HOUR_MS >= cut // HOUR_MS:
                 want = MerchantTable.of(known).columns([m], np.array([t]))
                 got = book.vector(m, t, cut)
                 assert _bits(got) == _bits(tuple(c.tolist()[0] for c in want))
 
 
 def test_online_book_lets_go_of_days_it_can_no_longer_need() -> None:
-    book = MerchantBook(horizon_days=40)
+    book = MerchantBook(horizon_hours=40 * 24)
     assert book.add(lab(1, "m1", 0, 7, 1))
     book.vector("m1", BASE + 100 * DAY_MS)  # day 100: day 0 is out of reach
     assert book.vector("m1", BASE + 8 * DAY_MS) == EMPTY
     assert not book.add(lab(2, "m1", 1, 8, 1))  # too old to count for anything to come
     assert book.add(lab(3, "m1", 70, 77, 1))
     assert named(book.vector("m1", BASE + 78 * DAY_MS))["merchant_labelled_1d"] == 1
+
+
+def test_labels_out_of_order_and_slow_ones_keep_the_book_exact() -> None:
+    """Labels arriving in any order, some reported long after the delay, some with a cut."""
+    rng = random.Random(11)
+    labels = [lab(i, "m1", d, d + rng.choice([7.0, 7.0, 7.01, 9.5, 40.0]), i % 3 == 0)
+              for i, d in enumerate(rng.uniform(0, 50) for _ in range(400))]
+    book = MerchantBook()
+    for x in rng.sample(labels, len(labels)):
+        book.add(x)
+    table = MerchantTable.of(labels)
+    for t in range(0, 100 * DAY_MS, 7 * HOUR_MS + 13):
+        want = tuple(c.tolist()[0] for c in table.columns(["m1"], np.array([BASE + t])))
+        assert _bits(book.vector("m1", BASE + t)) == _bits(want), t

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.features.declaration import FEATURE_DTYPES, FEATURE_NAMES
+from app.features.merchant import EMPTY as NO_LABELS
 from app.features.offline import compute_features, feature_schema, read_log, write_table
 from app.features.outcome import Accepted, Late, Redelivered
 from app.features.state import CardState
@@ -51,7 +52,7 @@ def test_offline_equals_online_and_oracle_on_interleaved_cards(log: list[Transac
         stored[t.card_id] = state.to_bytes()
         assert_same(got, want)
         if isinstance(want, Accepted):
-            expected_rows.append((t.txn_id, t.card_id, t.ts_ms, *want.features))
+            expected_rows.append((t.txn_id, t.card_id, t.ts_ms, *want.features, *NO_LABELS))
         late += isinstance(want, Late)
         redelivered += isinstance(want, Redelivered)
 
