@@ -8,7 +8,7 @@ What one score-engine batch does between fetch and produce, in this process: the
 pipeline (contract, card fold, feature vectors), the scoring stage (model, served rows,
 actions, drift, explanations) and the card snapshot the engine takes every ~100 ms of input
 (here: every `--snapshot-every` events, default 420 = 100 ms at 4,200 ev/s), on the project's
-default model. Card states live in a dict, as if every card were cached. Batch sizes alternate
+default model, with the worker's garbage-collector thresholds (app.stream.collector.tune). Card states live in a dict, as if every card were cached. Batch sizes alternate
 within one process, `--rounds` times each, on the same generated log; the median round is
 printed per batch size.
 
@@ -102,6 +102,9 @@ def one_pass(lines: list[bytes], batch: int, snapshot_every: int,
 def main(txns: int, cards: int, batches: str, snapshot_every: int, rounds: int,
          pause_ms: float) -> None:
     lines = lines_of(make_log(cards=cards, txns=txns, seed=5))
+    from app.stream import collector
+
+    collector.tune()  # the worker's collector thresholds (app/stream/collector.py), as it runs
     sizes = [int(b) for b in batches.split(",")]
     pauses = [0.0, pause_ms / 1000] if pause_ms > 0 else [0.0]
     runs: dict[tuple[int, float], list[tuple[float, float, float]]] = {

@@ -44,9 +44,10 @@ def _hidden(text: str) -> tuple[int, ...]:
 @click.option("--eval-fraction", type=click.FloatRange(0.05, 0.95), default=0.3,
               show_default=True, help="Later share of the event-time range held out for "
               "evaluation (the boundary snaps back to a UTC midnight).")
-@click.option("--algorithm", type=click.Choice(["mlp", "lgbm"]), default="mlp",
-              show_default=True, help="mlp: scikit-learn MLP; lgbm: LightGBM gradient-boosted "
-              "trees (needs the `train` extra's lightgbm and onnxmltools).")
+@click.option("--algorithm", type=click.Choice(["mlp", "lgbm"]), default="lgbm",
+              show_default=True, help="lgbm: LightGBM gradient-boosted trees (the Fraud "
+              "Detection Handbook benchmark's winner, docs/handbook.md; needs the `train` "
+              "extra's lightgbm and onnxmltools); mlp: scikit-learn MLP.")
 @click.option("--hidden", default="16,8", show_default=True, help="(mlp) Hidden layer sizes.")
 @click.option("--max-iter", type=click.IntRange(min=1), default=200, show_default=True,
               help="(mlp) Most training epochs.")
@@ -84,7 +85,7 @@ def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction
           make_default: bool | None) -> None:
     """Train the fraud model on the earlier days, evaluate on the later days, export ONNX + card.
 
-    --algorithm picks the MLP (default) or LightGBM's gradient-boosted trees; (mlp) and (lgbm)
+    --algorithm picks LightGBM's gradient-boosted trees (default) or the MLP; (mlp) and (lgbm)
     options apply to that algorithm only. Either model is served by the same worker.
     """
     from app.cli.features import merchant_table

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 Aggregate = Literal["count", "sum", "max", "mean", "distinct", "since_prev", "ratio_to_mean",
-                    "labelled", "fraud_share"]
+                    "labelled", "frauds", "fraud_share", "fraud_streak", "hours_since_genuine"]
 SourceField = Literal["amount_minor", "merchant_id", "country", "ts_ms", "label"]
 #: Whose history a feature aggregates: the card's own events, or the merchant's.
 Entity = Literal["card", "merchant"]
@@ -26,7 +26,10 @@ AGGREGATE_DTYPES: Final[Mapping[str, Dtype]] = {
     "since_prev": "int64",
     "ratio_to_mean": "float64",
     "labelled": "int64",
+    "frauds": "int64",
     "fraud_share": "float64",
+    "fraud_streak": "int64",
+    "hours_since_genuine": "int64",
 }
 #: Which source fields each aggregate may read.
 _SOURCES: Final[Mapping[str, frozenset[str]]] = {
@@ -38,13 +41,17 @@ _SOURCES: Final[Mapping[str, frozenset[str]]] = {
     "since_prev": frozenset({"ts_ms"}),
     "ratio_to_mean": frozenset({"amount_minor"}),
     "labelled": frozenset({"label"}),
+    "frauds": frozenset({"label"}),
     "fraud_share": frozenset({"label"}),
+    "fraud_streak": frozenset({"label"}),
+    "hours_since_genuine": frozenset({"label"}),
 }
 #: The aggregates of each feed (and so of each entity: merchants are seen through labels only).
 _FEED_AGGREGATES: Final[Mapping[str, frozenset[str]]] = {
     "transactions": frozenset({"count", "sum", "max", "mean", "distinct", "since_prev",
                                "ratio_to_mean"}),
-    "labels": frozenset({"labelled", "fraud_share"}),
+    "labels": frozenset({"labelled", "frauds", "fraud_share", "fraud_streak",
+                         "hours_since_genuine"}),
 }
 #: Label-fed windows and delays are whole hours (a label is known from the hour after it is
 #: reported).
@@ -140,17 +147,35 @@ def _long_features(w: Window) -> tuple[Feature, ...]:
     return tuple(f for f in _amount_features(w) if f.aggregate in ("count", "mean"))
 
 
+def _merchant(name: str, aggregate: Aggregate, w: Window, dtype: Dtype,
+              description: str) -> Feature:
+    return Feature(name=name, aggregate=aggregate, source="label", window=w, dtype=dtype,
+                   entity="merchant", feed="labels", delay=LABEL_DELAY, description=description)
+
+
 def _merchant_features(w: Window) -> tuple[Feature, ...]:
     hours = f"the {w.name} ending {LABEL_DELAY.name} before the transaction's hour"
     return (
-        Feature(name=f"merchant_labelled_{w.name}", aggregate="labelled", source="label",
-                window=w, dtype="int64", entity="merchant", feed="labels", delay=LABEL_DELAY,
-                description=f"Labels known (reported before the transaction's hour) for the "
-                f"merchant's transactions of {hours}."),
-        Feature(name=f"merchant_fraud_share_{w.name}", aggregate="fraud_share", source="label",
-                window=w, dtype="float64", entity="merchant", feed="labels", delay=LABEL_DELAY,
-                description=f"Fraud labels / merchant_labelled_{w.name} (0.0 when none): the "
-                "merchant's known fraud share."),
+        _merchant(f"merchant_labelled_{w.name}", "labelled", w, "int64",
+                  "Labels known (reported before the transaction's hour) for the merchant's "
+                  f"transactions of {hours}."),
+        _merchant(f"merchant_frauds_{w.name}", "frauds", w, "int64",
+                  f"Those of merchant_labelled_{w.name} that say fraud."),
+        _merchant(f"merchant_fraud_share_{w.name}", "fraud_share", w, "float64",
+                  f"merchant_frauds_{w.name} / merchant_labelled_{w.name} (0.0 when none): "
+                  "the merchant's known fraud share."),
+    )
+
+
+def _merchant_recency(w: Window) -> tuple[Feature, ...]:
+    return (
+        _merchant(f"merchant_fraud_streak_{w.name}", "fraud_streak", w, "int64",
+                  f"Fraud labels in a row at the end of the merchant's known labels of the "
+                  f"{w.name} window (ordered by transaction time, then label_id): a "
+                  "compromised merchant's latest known transactions are all fraud."),
+        _merchant(f"merchant_hours_since_genuine_{w.name}", "hours_since_genuine", w, "int64",
+                  f"Hours from the latest known genuine label's transaction hour to the "
+                  f"window's end ({w.name} window; its length + 1 when none)."),
     )
 
 
@@ -169,6 +194,7 @@ FEATURES: Final[tuple[Feature, ...]] = (
     Feature(name="amount_to_mean_30d", aggregate="ratio_to_mean", source="amount_minor",
             window=W30D, dtype="float64", description="amount_minor / mean_30d."),
     *(f for w in MERCHANT_WINDOWS for f in _merchant_features(w)),
+    *_merchant_recency(W30D),
 )
 
 #: The model's input order: the card features, then the merchant features.

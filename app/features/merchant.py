@@ -14,7 +14,12 @@ n hours and delay D (7 days: the Fraud Detection Handbook's):
     counted = { ℓ of m : hour(τ) − D − n ≤ hour(t) < hour(τ) − D
                          and known(ℓ) ≤ min(hour(τ), hour(cut)) }
     merchant_labelled_<n>    = |counted|
-    merchant_fraud_share_<n> = |{ℓ ∈ counted : label = 1}| / |counted|   (0.0 when empty)
+    merchant_frauds_<n>      = |{ℓ ∈ counted : label = 1}|
+    merchant_fraud_share_<n> = frauds / labelled   (0.0 when empty)
+    merchant_fraud_streak_<n> = the fraud labels in a row at the end of `counted` ordered by
+                               (transaction time, label_id)
+    merchant_hours_since_genuine_<n> = (hour(τ) − D) − hour(t) of the last genuine label of
+                               `counted` in that order (n + 1 when there is none)
 
 So the value depends only on (m, hour(τ), min(hour(τ), hour(cut))) and the label log: a
 replay, a redelivery or another worker gets the same bits whenever its cut has passed τ's hour
@@ -40,17 +45,21 @@ from app.transactions.labels import LabelRecord
 #: (aggregate, window hours, delay hours) per merchant feature, in declaration order.
 _SPECS: Final = tuple((f.aggregate, f.window.ms // HOUR_MS, f.delay.ms // HOUR_MS)
                       for f in MERCHANT_FEATURES if f.delay is not None)
-#: The distinct (window, delay) pairs, each giving one (labelled, frauds) pair of counts.
+#: The distinct (window, delay) pairs, each giving one (labelled, frauds, streak, since) tuple.
 _WINDOWS: Final = tuple(dict.fromkeys((n, d) for _, n, d in _SPECS))
+#: The windows whose order-dependent aggregates (streak, hours since genuine) are declared.
+_SCANNED: Final = frozenset(_WINDOWS.index((n, d)) for agg, n, d in _SPECS
+                            if agg in ("fraud_streak", "hours_since_genuine"))
 _PICK: Final = tuple((_WINDOWS.index((n, d)), agg) for agg, n, d in _SPECS)
 #: How far back a label's transaction hour can matter for a query hour.
 _REACH: Final = max((n + d for n, d in _WINDOWS), default=0)
 #: A label known no later than this many hours after its transaction's hour counts in every
 #: window that holds it, whatever the query hour: only later ("slow") labels need a check.
 _PROMPT: Final = min((d for _, d in _WINDOWS), default=0) + 1
-#: The vector without any label (every count 0, every share 0.0).
+#: The vector without any label (every count 0, every share 0.0, no genuine: window + 1).
 EMPTY: Final[tuple[FeatureValue, ...]] = tuple(
-    0 if agg == "labelled" else 0.0 for agg, _, _ in _SPECS)
+    0.0 if agg == "fraud_share" else n + 1 if agg == "hours_since_genuine" else 0
+    for agg, n, _ in _SPECS)
 #: A cut that has passed every hour (offline: the whole label log is known).
 NO_CUT: Final = 2**62
 #: Online, how far back labels are kept (hours): the widest window and delay, plus a month
@@ -68,23 +77,30 @@ def known_hour(reported_at_ms: int) -> int:
     return reported_at_ms // HOUR_MS + 1
 
 
-def _vector(counts: Sequence[tuple[int, int]]) -> tuple[FeatureValue, ...]:
+def _vector(counts: Sequence[tuple[int, int, int, int]]) -> tuple[FeatureValue, ...]:
     out: list[FeatureValue] = []
     for w, agg in _PICK:
-        labelled, frauds = counts[w]
+        labelled, frauds, streak, since = counts[w]
         if agg == "labelled":
             out.append(labelled)
-        else:
+        elif agg == "frauds":
+            out.append(frauds)
+        elif agg == "fraud_share":
             out.append(frauds / labelled if labelled else 0.0)
+        elif agg == "fraud_streak":
+            out.append(streak)
+        else:
+            out.append(since)
     return tuple(out)
 
 
 class _Labels:
-    """One merchant's labels ordered by transaction hour, with prefix counts."""
+    """One merchant's labels ordered by (transaction time, label_id), with prefix counts."""
 
-    __slots__ = ("hours", "known", "fraud", "cum_n", "cum_f", "slow")
+    __slots__ = ("order", "hours", "known", "fraud", "cum_n", "cum_f", "slow")
 
     def __init__(self) -> None:
+        self.order: list[tuple[int, str]] = []  # (transaction ms, label_id)
         self.hours: list[int] = []
         self.known: list[int] = []
         self.fraud: list[int] = []
@@ -92,17 +108,20 @@ class _Labels:
         self.cum_f: list[int] = [0]
         self.slow: list[tuple[int, int, int]] = []  # (txn hour, known hour, fraud), sorted
 
-    def add(self, thour: int, khour: int, fraud: int) -> None:
+    def add(self, key: tuple[int, str], khour: int, fraud: int) -> None:
+        thour = key[0] // HOUR_MS
         if khour > thour + _PROMPT:
             insort(self.slow, (thour, khour, fraud))
-        if not self.hours or thour >= self.hours[-1]:
+        if not self.order or key > self.order[-1]:
+            self.order.append(key)
             self.hours.append(thour)
             self.known.append(khour)
             self.fraud.append(fraud)
             self.cum_n.append(self.cum_n[-1] + 1)
             self.cum_f.append(self.cum_f[-1] + fraud)
             return
-        i = bisect_left(self.hours, thour + 1)  # after the labels of the same hour
+        i = bisect_left(self.order, key)
+        self.order.insert(i, key)
         self.hours.insert(i, thour)
         self.known.insert(i, khour)
         self.fraud.insert(i, fraud)
@@ -120,15 +139,15 @@ class _Labels:
     def drop_before(self, hour: int) -> None:
         i = bisect_left(self.hours, hour)
         if i:
-            del self.hours[:i], self.known[:i], self.fraud[:i]
+            del self.order[:i], self.hours[:i], self.known[:i], self.fraud[:i]
             self.cum_n = [0]
             self.cum_f = [0]
             self._rebuild(0)
             self.slow = [x for x in self.slow if x[0] >= hour]
 
-    def counts(self, hour: int, eff: int) -> list[tuple[int, int]]:
+    def counts(self, hour: int, eff: int) -> list[tuple[int, int, int, int]]:
         out = []
-        for n, delay in _WINDOWS:
+        for w, (n, delay) in enumerate(_WINDOWS):
             lo, hi = hour - delay - n, hour - delay
             i, j = bisect_left(self.hours, lo), bisect_left(self.hours, hi)
             labelled = self.cum_n[j] - self.cum_n[i]
@@ -145,7 +164,16 @@ class _Labels:
                     if self.known[k] > eff:
                         labelled -= 1
                         frauds -= self.fraud[k]
-            out.append((labelled, frauds))
+            streak, since = 0, n + 1
+            if w in _SCANNED:  # from the window's end back to its last known genuine label
+                for k in range(j - 1, i - 1, -1):
+                    if self.known[k] > eff:
+                        continue
+                    if not self.fraud[k]:
+                        since = hi - self.hours[k]
+                        break
+                    streak += 1
+            out.append((labelled, frauds, streak, since))
         return out
 
 
@@ -185,7 +213,7 @@ class MerchantBook:
         labels = self._by_merchant.get(rec.merchant_id)
         if labels is None:
             labels = self._by_merchant[rec.merchant_id] = _Labels()
-        labels.add(thour, known_hour(rec.reported_at_ms), rec.label)
+        labels.add((rec.txn_ts_ms, rec.label_id), known_hour(rec.reported_at_ms), rec.label)
         self._cache.pop(rec.merchant_id, None)
         self.labels += 1
         return True
@@ -226,39 +254,53 @@ class MerchantBook:
 
 
 @dataclass(frozen=True, slots=True)
+class _Sequence:
+    """Every label in (merchant code, transaction time, label_id) order, for the order-dependent
+    aggregates: the fraud run ending at each label, its last genuine label, slow labels."""
+
+    key: np.ndarray  # (code, transaction hour), non-decreasing
+    hours: np.ndarray
+    known: np.ndarray
+    fraud: np.ndarray
+    run: np.ndarray  # fraud labels in a row ending here (within the merchant)
+    last_genuine: np.ndarray  # index of the last genuine label at or before here, -1: none
+    slow_before: np.ndarray  # slow labels (known later than the delay) before index i
+
+
+@dataclass(frozen=True, slots=True)
 class MerchantTable:
     """The offline evaluator over a whole label log (full knowledge: no cut).
 
-    Each label adds +1 (and +label) to its merchant's counts on the hours it counts for,
-    [max(hour(t) + D + 1, known), hour(t) + D + n], as a +/− pair; a query (merchant, hour) is
-    the prefix sum of its merchant's pairs up to that hour, found by one searchsorted.
+    Counts: each label adds +1 (and +label) to its merchant's counts on the hours it counts
+    for, [max(hour(t) + D + 1, known), hour(t) + D + n], as a +/− pair; a query (merchant,
+    hour) is the prefix sum of its merchant's pairs up to that hour, one searchsorted.
+    Streak and hours since genuine: the labels in merchant and time order, the fraud run and
+    last genuine label at each; a window is two searchsorted, and only a window holding a label
+    reported later than the delay is walked label by label.
     """
 
     codes: dict[str, int]
     keys: tuple[np.ndarray, ...]  # per window: sorted int64 keys (merchant code, hour)
     labelled: tuple[np.ndarray, ...]  # per window: prefix sums in key order
     frauds: tuple[np.ndarray, ...]
+    sequence: _Sequence
 
     @classmethod
     def of(cls, records: Iterable[LabelRecord]) -> MerchantTable:
         codes: dict[str, int] = {}
         seen: set[str] = set()
-        m_list: list[int] = []
-        t_list: list[int] = []
-        k_list: list[int] = []
-        y_list: list[int] = []
+        rows: list[tuple[int, int, str, int, int]] = []
         for rec in records:
             if rec.merchant_id is None or rec.txn_ts_ms is None or rec.label_id in seen:
                 continue
             seen.add(rec.label_id)
-            m_list.append(codes.setdefault(rec.merchant_id, len(codes)))
-            t_list.append(rec.txn_ts_ms // HOUR_MS)
-            k_list.append(rec.reported_at_ms // HOUR_MS + 1)
-            y_list.append(rec.label)
-        m = np.asarray(m_list, dtype=np.int64)
-        t = np.asarray(t_list, dtype=np.int64)
-        k = np.asarray(k_list, dtype=np.int64)
-        y = np.asarray(y_list, dtype=np.int64)
+            rows.append((codes.setdefault(rec.merchant_id, len(codes)), rec.txn_ts_ms,
+                         rec.label_id, rec.reported_at_ms // HOUR_MS + 1, rec.label))
+        rows.sort(key=lambda r: (r[0], r[1], r[2]))
+        m = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        t = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows)) // HOUR_MS
+        k = np.fromiter((r[3] for r in rows), dtype=np.int64, count=len(rows))
+        y = np.fromiter((r[4] for r in rows), dtype=np.int64, count=len(rows))
         keys, labelled, frauds = [], [], []
         for n, delay in _WINDOWS:
             lo = np.maximum(t + delay + 1, k)
@@ -273,7 +315,7 @@ class MerchantTable:
             keys.append(ev_key[order])
             labelled.append(np.cumsum(ev_n[order]))
             frauds.append(np.cumsum(ev_f[order]))
-        return cls(codes, tuple(keys), tuple(labelled), tuple(frauds))
+        return cls(codes, tuple(keys), tuple(labelled), tuple(frauds), _sequence(m, t, k, y))
 
     def columns(self, merchant_ids: Sequence[str], ts_ms: np.ndarray) -> list[np.ndarray]:
         """The merchant feature columns (MERCHANT_FEATURE_NAMES order) for n transactions."""
@@ -283,29 +325,88 @@ class MerchantTable:
         hour = np.asarray(ts_ms, dtype=np.int64) // HOUR_MS
         known = code >= 0
         qkey = _key(np.where(known, code, 0), hour)
+        zero = np.zeros(len(code), dtype=np.int64)
         per_window = []
-        for w in range(len(_WINDOWS)):
+        for w, (n, delay) in enumerate(_WINDOWS):
             keys = self.keys[w]
-            if not len(keys):
-                zero = np.zeros(len(code), dtype=np.int64)
-                per_window.append((zero, zero))
-                continue
-            idx = np.searchsorted(keys, qkey, side="right") - 1
-            hit = known & (idx >= 0)
-            safe = np.where(hit, idx, 0)
-            per_window.append((np.where(hit, self.labelled[w][safe], 0),
-                               np.where(hit, self.frauds[w][safe], 0)))
+            lab = fr = zero
+            if len(keys):
+                idx = np.searchsorted(keys, qkey, side="right") - 1
+                hit = known & (idx >= 0)
+                safe = np.where(hit, idx, 0)
+                lab = np.where(hit, self.labelled[w][safe], 0)
+                fr = np.where(hit, self.frauds[w][safe], 0)
+            streak, since = zero, np.full(len(code), n + 1, dtype=np.int64)
+            if w in _SCANNED:
+                streak, since = self._scan(code, hour, n, delay)
+            per_window.append((lab, fr, streak, since))
         out: list[np.ndarray] = []
         for w, agg in _PICK:
-            lab, fr = per_window[w]
+            lab, fr, streak, since = per_window[w]
             if agg == "labelled":
                 out.append(lab.astype(np.int64))
-            else:
+            elif agg == "frauds":
+                out.append(fr.astype(np.int64))
+            elif agg == "fraud_share":
                 share = np.zeros(len(lab), dtype=np.float64)
                 nz = lab > 0
                 share[nz] = fr[nz].astype(np.float64) / lab[nz].astype(np.float64)
                 out.append(share)
+            elif agg == "fraud_streak":
+                out.append(streak)
+            else:
+                out.append(since)
         return out
+
+    def _scan(self, code: np.ndarray, hour: np.ndarray, n: int,
+              delay: int) -> tuple[np.ndarray, np.ndarray]:
+        seq = self.sequence
+        hi_h = hour - delay
+        i = np.searchsorted(seq.key, _key(code, hi_h - n), side="left")
+        j = np.searchsorted(seq.key, _key(code, hi_h), side="left")
+        i = np.where(code >= 0, i, 0)
+        j = np.where(code >= 0, j, 0)
+        some = j > i
+        last = np.where(some, j - 1, 0)
+        streak = np.where(some, np.minimum(seq.run[last] if len(seq.run) else 0, j - i), 0)
+        g = seq.last_genuine[last] if len(seq.run) else np.full(len(code), -1)
+        has_g = some & (g >= i)
+        since = np.where(has_g, hi_h - (seq.hours[np.where(has_g, g, 0)] if len(seq.run)
+                                        else 0), n + 1)
+        # a window holding a slow label may hold one not known yet: walk those windows
+        walk = np.flatnonzero(some & (seq.slow_before[j] - seq.slow_before[i] > 0)) \
+            if len(seq.run) else np.empty(0, dtype=np.int64)
+        for q in walk.tolist():
+            st, sn = 0, n + 1
+            for x in range(int(j[q]) - 1, int(i[q]) - 1, -1):
+                if seq.known[x] > hour[q]:
+                    continue
+                if not seq.fraud[x]:
+                    sn = int(hi_h[q] - seq.hours[x])
+                    break
+                st += 1
+            streak[q], since[q] = st, sn
+        return streak.astype(np.int64), since.astype(np.int64)
+
+
+def _sequence(m: np.ndarray, t: np.ndarray, k: np.ndarray, y: np.ndarray) -> _Sequence:
+    """The labels (already in merchant and time order) with their runs and last genuine."""
+    size = len(m)
+    new_merchant = np.ones(size, dtype=bool)
+    new_merchant[1:] = m[1:] != m[:-1]
+    idx = np.arange(size, dtype=np.int64)
+    # the fraud run: distance to the last reset (a genuine label or a new merchant's start)
+    reset = (y == 0) | new_merchant
+    last_reset = np.maximum.accumulate(np.where(reset, idx, -1)) if size else idx
+    run = np.where(y == 1, idx - last_reset + np.where(new_merchant[last_reset]
+                                                       & (y[last_reset] == 1), 1, 0), 0) \
+        if size else idx
+    start = np.maximum.accumulate(np.where(new_merchant, idx, 0)) if size else idx
+    genuine = np.maximum.accumulate(np.where(y == 0, idx, -1)) if size else idx
+    last_genuine = np.where(genuine >= start, genuine, -1)
+    slow = (k > t + _PROMPT).astype(np.int64)
+    slow_before = np.concatenate([[0], np.cumsum(slow)])
+    return _Sequence(_key(m, t), t, k, y, run.astype(np.int64), last_genuine, slow_before)
 
 
 #: The key packs (merchant code, hour): hours since 1970 fit in 32 bits for 490,000 years.

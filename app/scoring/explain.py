@@ -6,7 +6,9 @@ For a feature vector x with score s = f(x), the contribution of feature j is
 
 where r_j is the training reference of feature j: the value whose standardised model input is 0,
 i.e. the training rows' mean in the model's own input space (`exp(mean_j) - 1`, read from the
-ONNX graph's `mean` initializer: the graph scales z = (log(1 + max(x, 0)) - mean) / std). So c_j
+ONNX graph's `mean` initializer: the graph scales z = (log(1 + max(x, 0)) - mean) / std). A
+tree model has no such layer: its card carries the same quantity computed from its training
+rows (`model.occlusion_reference`). So c_j
 says how much of the score this feature's value adds (or removes) compared with a typical
 training row, all else equal. The explanation is the TOP features by |c_j| (ties: declaration
 order), each with its value and contribution.
@@ -101,8 +103,12 @@ def explanation_dicts(explanation: Sequence[Contribution]) -> list[dict[str, Any
 
 
 def explainer_for(model: LoadedModel) -> Explainer | None:
-    """The Explainer of a loaded model, or None when its graph has no training reference (a
-    model kind this method does not know); the caller then emits actions without one."""
+    """The Explainer of a loaded model, or None when neither its graph nor its card has a
+    training reference (a model kind this method does not know); the caller then emits actions
+    without one. Tree models carry it in the card (`model.occlusion_reference`)."""
+    carried = model.card.raw.get("model", {}).get("occlusion_reference")
+    if isinstance(carried, list) and len(carried) == len(FEATURE_NAMES):
+        return Explainer(model.scorer, np.asarray(carried, dtype=np.float32))
     try:
         reference = reference_from_onnx(model.path / MODEL_FILE)
     except (ValueError, OSError):

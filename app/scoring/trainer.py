@@ -190,11 +190,22 @@ def _fit_mlp(x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray,
                    {"export_max_abs_diff_vs_sklearn": diff}, {}, pipeline)
 
 
+def occlusion_reference(matrix: np.ndarray) -> np.ndarray:
+    """The training rows' typical value per feature, as the MLP's graph defines it: expm1 of
+    the mean of log1p(max(x, 0)), float32 (app.scoring.explain)."""
+    logged = np.log1p(np.maximum(matrix.astype(np.float64), 0.0))
+    return np.expm1(logged.mean(axis=0)).astype(np.float32)
+
+
 def _fit_lgbm(x_train: np.ndarray, y_train: np.ndarray, x_eval: np.ndarray,
               config: TrainConfig) -> _Fitted:
     fitted = train_gbt(x_train, y_train, config.gbt, seed=config.seed, check_rows=x_eval)
     training_card = {**fitted.training_card, "config": config.card_config()}
-    return _Fitted(fitted.onnx_bytes, fitted.model_card, training_card,
+    # trees have no standardising layer to read a typical row from: the card carries it, by the
+    # MLP's definition (app.scoring.explain), for the occlusion explanations
+    model_card = {**fitted.model_card,
+                  "occlusion_reference": occlusion_reference(x_train).tolist()}
+    return _Fitted(fitted.onnx_bytes, model_card, training_card,
                    {"export_max_abs_diff_vs_lightgbm": fitted.export_max_abs_diff},
                    gbt_library_versions(), fitted.classifier)
 

@@ -51,13 +51,12 @@ class LabelView:
 
     def __init__(self, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.book = MerchantBook(horizon_hours=ONLINE_HORIZON_HOURS)
+        #: the merchant features of a transaction (the book's own method: one call per event)
+        self.vector = self.book.vector
         #: labels reported before this have been read (0 until the first round is complete)
         self.cut_ms = 0
         self.ready = asyncio.Event()
         self._clock = clock_ms
-
-    def vector(self, merchant_id: str, ts_ms: int, cut_ms: int) -> tuple[int | float, ...]:
-        return self.book.vector(merchant_id, ts_ms, cut_ms)
 
     def fold(self, raw: bytes | None) -> None:
         """Fold one record of the labels topic."""

@@ -29,7 +29,8 @@ def test_names_and_order_are_the_contract() -> None:
                  "amount_to_mean_24h", "count_7d", "mean_7d", "count_30d", "mean_30d",
                  "amount_to_mean_30d"]
     merchant = [f"merchant_{agg}_{w}" for w in ("1d", "7d", "30d")
-                for agg in ("labelled", "fraud_share")]
+                for agg in ("labelled", "frauds", "fraud_share")]
+    merchant += ["merchant_fraud_streak_30d", "merchant_hours_since_genuine_30d"]
     assert list(CARD_FEATURE_NAMES) == expected
     assert list(MERCHANT_FEATURE_NAMES) == merchant
     assert list(FEATURE_NAMES) == expected + merchant

@@ -121,3 +121,72 @@ def test_labels_out_of_order_and_slow_ones_keep_the_book_exact() -> None:
     for t in range(0, 100 * DAY_MS, 7 * HOUR_MS + 13):
         want = tuple(c.tolist()[0] for c in table.columns(["m1"], np.array([BASE + t])))
         assert _bits(book.vector("m1", BASE + t)) == _bits(want), t
+
+
+def brute_force(labels: list[LabelRecord], merchant: str, ts: int,
+                cut: int = NO_CUT) -> tuple[int | float, ...]:
+    """The module docstring's rule, literally: a pass over every label per window."""
+    from app.features.declaration import MERCHANT_FEATURES
+
+    hour, seen, mine = ts // HOUR_MS, set(), []
+    for x in labels:
+        if x.label_id not in seen and x.merchant_id is not None and x.txn_ts_ms is not None:
+            seen.add(x.label_id)
+            mine.append(x)
+    eff = min(hour, cut // HOUR_MS)
+    out: list[int | float] = []
+    for f in MERCHANT_FEATURES:
+        n, d = f.window.ms // HOUR_MS, f.delay.ms // HOUR_MS
+        counted = sorted((x for x in mine if x.merchant_id == merchant
+                          and hour - d - n <= x.txn_ts_ms // HOUR_MS < hour - d
+                          and x.reported_at_ms // HOUR_MS + 1 <= eff),
+                         key=lambda x: (x.txn_ts_ms, x.label_id))
+        frauds = sum(x.label for x in counted)
+        streak, since = 0, n + 1
+        for x in reversed(counted):
+            if not x.label:
+                since = hour - d - x.txn_ts_ms // HOUR_MS
+                break
+            streak += 1
+        out.append({"labelled": len(counted), "frauds": frauds, "fraud_streak": streak,
+                    "fraud_share": frauds / len(counted) if counted else 0.0,
+                    "hours_since_genuine": since}[f.aggregate])
+    return tuple(out)
+
+
+def test_both_evaluators_equal_the_rule_applied_literally() -> None:
+    rng = random.Random(5)
+    for _ in range(12):
+        labels = []
+        for i in range(rng.randint(1, 120)):
+            txn_day = rng.uniform(0, 45)
+            labels.append(lab(i, f"m{rng.randint(0, 3)}", txn_day,
+                              txn_day + rng.choice([7.0, 7.0, 7.2, 8.5, 0.5, 20.0]),
+                              int(rng.random() < 0.5)))
+        labels += rng.sample(labels, min(5, len(labels)))
+        table = MerchantTable.of(labels)
+        book = MerchantBook()
+        for x in rng.sample(labels, len(labels)):  # the book in any arrival order
+            book.add(x)
+        queries = [(f"m{rng.randint(0, 4)}", BASE + rng.randint(0, 90 * DAY_MS))
+                   for _ in range(60)]
+        cols = table.columns([m for m, _ in queries], np.array([t for _, t in queries]))
+        for (m, t), row in zip(queries, zip(*(c.tolist() for c in cols), strict=True),
+                               strict=True):
+            want = brute_force(labels, m, t)
+            assert _bits(row) == _bits(want), (m, t, row, want)
+            assert _bits(book.vector(m, t)) == _bits(want), (m, t)
+            cut = t - rng.randint(0, 10 * DAY_MS)
+            assert _bits(book.vector(m, t, cut)) == _bits(brute_force(labels, m, t, cut))
+
+
+def test_a_compromised_merchant_shows_as_a_streak() -> None:
+    # genuine until day 3, every transaction fraud from then on; labels 7 days after
+    labels = [lab(i, "m1", i / 4, i / 4 + 7, int(i >= 12)) for i in range(40)]
+    book = MerchantBook()
+    for x in labels:
+        book.add(x)
+    v = named(book.vector("m1", BASE + 7 * DAY_MS + 6 * DAY_MS))  # sees txns before day 6
+    assert v["merchant_fraud_streak_30d"] == 12 and v["merchant_frauds_30d"] == 12
+    assert v["merchant_hours_since_genuine_30d"] == 6 * 24 - 66  # last genuine: hour 66
+    assert named(EMPTY)["merchant_hours_since_genuine_30d"] == 30 * 24 + 1

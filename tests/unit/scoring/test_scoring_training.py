@@ -107,7 +107,7 @@ def test_train_cli_is_deterministic_and_matches_in_process_training(
         out = tmp_path / run
         result = runner.invoke(train, [
             "--events", str(small_log.events_path), "--labels", str(small_log.labels_path),
-            "--out", str(out), "--seed", "0", "--max-iter", "30",
+            "--out", str(out), "--seed", "0", "--max-iter", "30", "--algorithm", "mlp",
             "--now-ms", str(small_log.now_ms), "--lateness-ms", "300000"])
         assert result.exit_code == 0, result.output
         assert f"model {model_a.version}" in result.output and "[default]" in result.output
