@@ -89,7 +89,7 @@ async def follow_labels(settings: Settings, view: LabelView, *,
                         round_s: float = ROUND_S) -> None:
     """Fold every partition of `labels` from its start into `view`, advancing its cut after each
     round (runs forever)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import AIOKafkaConsumer
 
     topic = settings.topic(topics.LABELS)
     consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), enable_auto_commit=False,
@@ -100,27 +100,44 @@ async def follow_labels(settings: Settings, view: LabelView, *,
         tps: list[Any] = []
         while True:
             started = view.now_ms()
-            if not tps:
-                parts = await _partitions(consumer, topic)
-                if parts:
-                    tps = [TopicPartition(topic, p) for p in sorted(parts)]
-                    consumer.assign(tps)
-                    for tp in tps:
-                        consumer.seek(tp, 0)
-                else:  # no such topic (yet): no label can have been produced before `started`
-                    view.advance(started)
-                    await asyncio.sleep(round_s)
-                    continue
-            ends = await consumer.end_offsets(tps)
-            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-                batch = await consumer.getmany(*tps, timeout_ms=200)
-                for records in batch.values():
-                    for msg in records:
-                        view.fold(msg.value)
+            try:
+                if not tps:
+                    tps = await _assign(consumer, topic)
+                    if not tps:  # no such topic (yet): nothing can have been produced to it
+                        view.advance(started)
+                        await asyncio.sleep(round_s)
+                        continue
+                ends = await consumer.end_offsets(tps)
+                while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+                    batch = await consumer.getmany(*tps, timeout_ms=200)
+                    for records in batch.values():
+                        for msg in records:
+                            view.fold(msg.value)
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a broker away: the cut waits, retried
+                log.warning("label feed: round failed (%r); the cut stays at %d, retrying",
+                            exc, view.cut_ms)
+                await asyncio.sleep(round_s)
+                continue
             view.advance(started)
             await asyncio.sleep(round_s)
     finally:
         await consumer.stop()
+
+
+async def _assign(consumer: Any, topic: str) -> list[Any]:  # noqa: ANN401
+    """Every partition of `topic`, assigned from its start (none: no such topic yet)."""
+    from aiokafka import TopicPartition
+
+    parts = await _partitions(consumer, topic)
+    if not parts:
+        return []
+    tps = [TopicPartition(topic, p) for p in sorted(parts)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, 0)
+    return tps
 
 
 async def _partitions(consumer: Any, topic: str) -> set[int] | None:  # noqa: ANN401

@@ -28,6 +28,7 @@ from app.kafka.topics import ensure_topics
 from app.redis_url import sync_client
 from app.security.redis import redis_connection_kwargs
 from app.settings import Settings
+from app.transactions.labels import LabelRecord
 from app.transactions.producer import replay_messages
 from tests.support.evidence import event_to_effect_ms, quantile, watchdog_repairs
 from tests.support.pipeline import (
@@ -106,6 +107,9 @@ class Topology:
         self.rollout: Rollout | None = None
         #: checks a fault leaves for after recovery (evidence that it hit work in flight)
         self.after_recovery: list[Callable[[], None]] = []
+        #: the label log on the labels topic (sent before the workers start): the merchant
+        #: features the oracle and the audit recompute
+        self.labels: Sequence[LabelRecord] = ()
 
     # --- processes --------------------------------------------------------------------------
     def start_service(self) -> Spawned:
@@ -274,7 +278,7 @@ class Topology:
     def check(self, lines: Sequence[bytes], *, malformed: int,
               report: ScenarioReport) -> ScenarioReport:
         """Every invariant of the fault suite, against the oracle (`fraudstream score`)."""
-        run = oracle_for(self.settings, lines)
+        run = oracle_for(self.settings, lines, self.labels)
         actions = self.expected_actions(run.actions)
         expected = {a.idempotency_key for a in actions}
         ledger = effects(self.settings.effective_redis_url)
@@ -302,7 +306,7 @@ class Topology:
             problems.append("actions.dlq is not empty")
         if any(self.lags().values()):
             problems.append(f"consumer lag left: {self.lags()}")
-        audit = audit_served(self.settings, lines)
+        audit = audit_served(self.settings, lines, self.labels)
         if not audit.ok:
             problems.append(f"audit-skew: {audit.render()[:500]}")
         # source messages the pipeline processed more than once (read again after a crash or
@@ -438,7 +442,7 @@ def run_scenario(
     store: str = "rocksdb",
 ) -> ScenarioReport:
     """Start the topology, replay a generated log, inject `fault`, let it heal, check it all."""
-    from tests.support.pipeline import lines_of, make_log
+    from tests.support.pipeline import label_records, lines_of, make_log, send_label_records
 
     topo = Topology(base.replace(store=store), tmp / name, name, progress=progress)
     if prepare is not None:
@@ -446,12 +450,17 @@ def run_scenario(
     log = make_log(cards=max(500, txns // 20), txns=txns, seed=seed, malformed=malformed,
                    redelivery=redelivery, out_of_order=0.01)
     lines = lines_of(log)
-    oracle = oracle_for(topo.settings, lines)
+    # the labels first (their merchant features reach back 7 days and more): every worker
+    # folds them, and the oracle and the audit recompute the merchant features from them
+    topo.labels = label_records(log)
+    send_label_records(topo.settings, topo.labels)
+    oracle = oracle_for(topo.settings, lines, topo.labels)
     if topo.rollout is not None:  # each served row is checked under its own version's oracle
         version = topo.rollout.version
         topo.rollout.oracles = {
             oracle.model_version: oracle,
-            version: oracle_for(topo.settings.replace(model_version=version), lines)}
+            version: oracle_for(topo.settings.replace(model_version=version), lines,
+                                topo.labels)}
     expected = {a.idempotency_key for a in oracle.actions}
     topo.expected_keys, topo.total_messages = expected, len(lines)
     topo.expected_served = oracle.offline.accepted + oracle.offline.redelivered
