@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -16,7 +15,7 @@ from app.cli.errors import require_parent_dir
 from app.datagen.config import DEFAULT_START_MS, MAX_DAYS, GeneratorConfig, parse_time_ms
 from app.datagen.generator import generate_log
 from app.datagen.log import LogCounts
-from app.datagen.writer import output_format, write_log
+from app.datagen.writer import output_format, write_chunks, write_log
 from app.settings import load_settings
 
 if TYPE_CHECKING:
@@ -216,8 +215,8 @@ def _generate_handbook(out: Path, labels: Path | None, days: int, customers: int
     dataset = handbook.generate_handbook(
         n_customers=customers or handbook.N_CUSTOMERS,
         n_terminals=terminals or handbook.N_TERMINALS, nb_days=days)
-    _write_atomic(out, handbook.transaction_chunks(dataset))
-    _write_atomic(labels_path, handbook.label_chunks(dataset))
+    write_chunks(out, handbook.transaction_chunks(dataset))
+    write_chunks(labels_path, handbook.label_chunks(dataset))
     _write_scenarios(handbook.scenario_table(dataset), scenarios_path)
     elapsed = time.perf_counter() - began
     log.info("wrote %d handbook transactions to %s", len(dataset), out)
@@ -232,17 +231,6 @@ def _handbook_summary(dataset: HandbookDataset, elapsed: float) -> str:
     per = " / ".join(f"{c:,}" for c in dataset.scenario_counts().values())
     return (f"handbook: {n:,} transactions, {frauds:,} frauds ({rate:.4f} %), scenarios 1 / 2 "
             f"/ 3: {per}, in {elapsed:.1f} s")
-
-
-def _write_atomic(path: Path, chunks: Iterable[bytes]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _write_scenarios(table: pa.Table, path: Path) -> None:

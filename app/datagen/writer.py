@@ -37,13 +37,13 @@ def write_log(log: GeneratedLog, out: Path, labels: Path | None = None) -> None:
 
 def write_jsonl(log: GeneratedLog, path: Path) -> None:
     """One message per line, bad messages as their raw bytes; written atomically."""
-    _write_chunks(path, log.jsonl_chunks())
+    write_chunks(path, log.jsonl_chunks())
 
 
 def write_labels(log: GeneratedLog, path: Path) -> None:
     """{"txn_id", "label", "label_ts_ms", "merchant_id", "ts_ms"} per transaction, in file order;
     written atomically."""
-    _write_chunks(path, log.label_chunks())
+    write_chunks(path, log.label_chunks())
 
 
 def arrow_table(log: GeneratedLog) -> pa.Table:
@@ -80,7 +80,8 @@ def write_parquet(log: GeneratedLog, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _write_chunks(path: Path, chunks: Iterable[bytes]) -> None:
+def write_chunks(path: Path, chunks: Iterable[bytes]) -> None:
+    """`chunks` written to `path` atomically (a temporary file beside it, then renamed)."""
     tmp = _tmp_path(path)
     try:
         with open(tmp, "wb") as f:
