@@ -319,6 +319,9 @@ class MerchantTable:
 
     def columns(self, merchant_ids: Sequence[str], ts_ms: np.ndarray) -> list[np.ndarray]:
         """The merchant feature columns (MERCHANT_FEATURE_NAMES order) for n transactions."""
+        if not self.codes:  # no label names a merchant: every row as without labels
+            return [np.full(len(merchant_ids), v, dtype=np.float64 if type(v) is float
+                            else np.int64) for v in EMPTY]
         get = self.codes.get
         code = np.fromiter((get(x, -1) for x in merchant_ids), dtype=np.int64,
                            count=len(merchant_ids))

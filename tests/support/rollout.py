@@ -28,8 +28,8 @@ SCORE_TOLERANCE = 1e-5
 
 def add_shifted_version(model_dir: Path, target: Path, version: str) -> str:
     """Copy the registry at `model_dir` to `target` and add `version`: the default model with
-    its output bias moved by LOGIT_SHIFT (different weights, same features and thresholds).
-    Returns the default (base) version."""
+    its output logit moved by LOGIT_SHIFT (different weights, same features and thresholds): the
+    MLP's last bias, or a tree ensemble's base value. Returns the default (base) version."""
     import hashlib
 
     import onnx
@@ -41,10 +41,19 @@ def add_shifted_version(model_dir: Path, target: Path, version: str) -> str:
     registry = ModelRegistry(target, device="cpu")
     base = registry.default_version()
     model = onnx.load(registry.path(base) / "model.onnx")
-    last_gemm = [n for n in model.graph.node if n.op_type == "Gemm"][-1]
-    bias = next(i for i in model.graph.initializer if i.name == last_gemm.input[2])
-    shifted = numpy_helper.to_array(bias) + np.float32(LOGIT_SHIFT)
-    bias.CopyFrom(numpy_helper.from_array(shifted.astype(np.float32), bias.name))
+    trees = [n for n in model.graph.node if n.op_type == "TreeEnsembleClassifier"]
+    if trees:  # the score is LOGISTIC(base value + the trees' sum)
+        old = [a for a in trees[0].attribute if a.name == "base_values"]
+        start = list(onnx.helper.get_attribute_value(old[0])) if old else [0.0]
+        for a in old:
+            trees[0].attribute.remove(a)
+        trees[0].attribute.append(onnx.helper.make_attribute(
+            "base_values", [v + LOGIT_SHIFT for v in start]))
+    else:
+        last_gemm = [n for n in model.graph.node if n.op_type == "Gemm"][-1]
+        bias = next(i for i in model.graph.initializer if i.name == last_gemm.input[2])
+        shifted = numpy_helper.to_array(bias) + np.float32(LOGIT_SHIFT)
+        bias.CopyFrom(numpy_helper.from_array(shifted.astype(np.float32), bias.name))
     data = model.SerializeToString()
     card = dict(registry.card(base).raw)
     card["version"] = version

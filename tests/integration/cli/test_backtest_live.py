@@ -14,11 +14,13 @@ import pytest
 from app.datagen.writer import write_log
 from app.settings import Settings
 from tests.support.pipeline import (
+    label_records,
     lines_of,
     live_actions,
     make_log,
     replay,
     require_compiled_fold,
+    send_label_records,
     wait_dispatched,
     wait_drained,
     with_own_service,
@@ -47,6 +49,9 @@ def test_backtest_reproduces_the_live_actions(fresh_settings: Settings, tmp_path
     write_log(log, events, labels)
     lines = lines_of(log)
     blocked = orjson.loads(lines[0])["card_id"]
+    # the labels the backtest reads were on the labels topic as the worker scored (its merchant
+    # features come from them)
+    send_label_records(settings, label_records(log))
 
     service = spawn_action_service(settings, tmp_path)
     worker = spawn_worker(settings, tmp_path)

@@ -16,13 +16,22 @@ from app.datagen.drift import parse_drift_spec
 from app.drift.monitor import DriftMonitor
 from app.drift.offline import drift_of_features
 from app.drift.reference import DriftReference
+from app.features.declaration import FEATURE_NAMES, FEATURES
 from app.features.offline import compute_features
 from app.scoring.oracle import score_table
 from app.scoring.registry import ModelRegistry
 from app.settings import Settings
 from app.watch.drift import drift_view
 from app.watch.samples import Samples, parse
-from tests.support.pipeline import lines_of, make_log, replay, require_compiled_fold, wait_drained
+from tests.support.pipeline import (
+    label_records,
+    lines_of,
+    make_log,
+    replay,
+    require_compiled_fold,
+    send_label_records,
+    wait_drained,
+)
 from tests.support.procs import spawn_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -87,14 +96,23 @@ def _replay_to_worker(settings: Settings, tmp_path: Path, lines: Sequence[bytes]
 
 def test_undrifted_log_keeps_every_psi_below_watch(fresh_settings: Settings,
                                                    tmp_path: Path) -> None:
-    lines = lines_of(make_log(**LOG))
+    log = make_log(**LOG)
+    lines = lines_of(log)
+    send_label_records(fresh_settings, label_records(log))
     samples = _replay_to_worker(fresh_settings, tmp_path, lines)
     psi = _live_psi(samples)
-    assert len(psi) == 21 * len(WINDOWS)
+    assert len(psi) == (len(FEATURE_NAMES) + 1) * len(WINDOWS)
     assert all(samples.total("fraudstream_drift_window_events", window=w)
                >= fresh_settings.drift_min_events for w in WINDOWS)
-    high = {k: v for k, v in psi.items() if not v < fresh_settings.drift_psi_watch}
+    # Two days warm the windows of up to 24 h, as the training days had them; the 7- and 30-day
+    # card windows and the label-fed merchant features (7 days late) need 37 days to be as warm
+    # as the training rows, so on this log they (and the score that reads them) do show as
+    # drifting: they are held to online == offline below, not to "below watch".
+    warm = {f.name for f in FEATURES if f.entity == "card" and f.window.ms <= DAY_MS}
+    high = {k: v for k, v in psi.items()
+            if k[0] in warm and not v < fresh_settings.drift_psi_watch}
     assert not high, high  # NaN would show here too
+    assert all(not math.isnan(v) for v in psi.values())
     _assert_online_equals_offline(samples, _offline(fresh_settings, lines))
 
 
