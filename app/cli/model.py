@@ -219,14 +219,21 @@ def validate(model_dir: Path, version: str, device: str) -> None:
     except (ModelError, RuntimeError) as exc:
         raise click.ClickException(f"INVALID: {exc}") from None
     try:
-        from app.scoring.graph import foreign_ops
+        from app.scoring.graph import TREE_OPS, foreign_ops
     except ImportError:
         click.echo("onnx is not installed: graph ops not checked")
     else:
-        bad = foreign_ops((loaded.path / "model.onnx").read_bytes())
+        foreign = foreign_ops((loaded.path / "model.onnx").read_bytes())
+        # a tree model's ensemble and its output slice run on onnxruntime's CPU kernels (also
+        # inside a CUDA session): known and served; anything else foreign is refused
+        trees = loaded.card.raw.get("model", {}).get("algorithm") == "lgbm"
+        cpu_only = [op for op in foreign if trees and op in TREE_OPS]
+        bad = [op for op in foreign if op not in cpu_only]
         if bad:
             raise click.ClickException(f"INVALID: ops without a CUDA kernel in the allow-list: "
                                        f"{', '.join(bad)}")
+        if cpu_only:
+            click.echo(f"note: {', '.join(cpu_only)} run on the CPU kernels (tree model)")
     probe = features_matrix([tuple(0 for _ in FEATURE_NAMES), tuple(1 for _ in FEATURE_NAMES)])
     scores = loaded.scorer.score(probe)
     if scores.shape != (2,) or not np.isfinite(scores).all():

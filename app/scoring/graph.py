@@ -38,6 +38,9 @@ CUDA_OPS: Final = frozenset({
     "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Log", "Exp", "Max", "Min",
     "Clip", "Abs", "Neg", "Sqrt", "Reshape", "Flatten", "Identity", "Cast", "Tanh",
 })
+#: A tree model's ops (app.scoring.gbt): onnxruntime runs them on its CPU kernels, also inside a
+#: CUDA session (TreeEnsembleClassifier has no CUDA kernel).
+TREE_OPS: Final = frozenset({"TreeEnsembleClassifier", "Slice"})
 #: Written into the model's metadata (META_PREPROCESSING), covered by the version hash.
 PREPROCESSING: Final = "relu-log1p-standardize.v1"
 

@@ -198,3 +198,26 @@ def test_training_rows_must_be_the_served_float32_matrix() -> None:
         fit_lgbm(matrix, np.zeros(100, dtype=np.int64), PARAMS)
     with pytest.raises(ValueError, match="algorithm"):
         TrainConfig(algorithm="xgb")  # type: ignore[arg-type]
+
+
+def test_validate_serves_a_tree_model_and_refuses_its_ops_in_another(
+        tmp_path, gbt_model: TrainedModel) -> None:
+    """`model validate`: a tree model's CPU-only ops are known (a note); the same ops in a model
+    whose card does not say trees are refused, as any op without a CUDA kernel."""
+    from click.testing import CliRunner
+
+    from app.cli.model import model as model_group
+
+    registry = ModelRegistry(tmp_path, device="cpu")
+    registry.add(gbt_model.version, gbt_model.onnx_bytes, gbt_model.card, make_default=True)
+    runner = CliRunner()
+    ok = runner.invoke(model_group, ["--model-dir", str(tmp_path), "validate", gbt_model.version,
+                                     "--device", "cpu"])
+    assert ok.exit_code == 0 and f"OK {gbt_model.version}" in ok.output, ok.output
+    assert "TreeEnsembleClassifier run on the CPU kernels" in ok.output
+    card = {**gbt_model.card, "version": "mlp-notrees",
+            "model": {**gbt_model.card["model"], "algorithm": "mlp"}}
+    registry.add("mlp-notrees", gbt_model.onnx_bytes, card)
+    bad = runner.invoke(model_group, ["--model-dir", str(tmp_path), "validate", "mlp-notrees",
+                                      "--device", "cpu"])
+    assert bad.exit_code == 1 and "INVALID: ops without a CUDA kernel" in bad.output
