@@ -18,6 +18,7 @@ from app.action_service.label_outbox import forward_to_kafka
 from app.action_service.list_routes import LISTS, ListBook
 from app.action_service.metrics import ServiceMetrics
 from app.action_service.routes import MAX_BODY_BYTES, setup_routes
+from app.action_service.rule_routes import RULES, RULES_LOCK, RuleBook
 from app.action_service.store import ActionStore
 from app.redis_url import is_cluster_url, node_url
 from app.security.redis import redis_connection_kwargs
@@ -112,6 +113,7 @@ def create_app(
     tokens: TokenSet | None = None,
     forward_labels: bool = False,
     lists: ListBook | None = None,
+    rules: RuleBook | None = None,
 ) -> web.Application:
     """Build the action service: routes, metrics, and a Redis client owned by cleanup_ctx.
 
@@ -119,8 +121,9 @@ def create_app(
     CLI passes the set checked against the address it binds. `forward_labels` runs the label
     outbox forwarder (a Kafka producer) as a task of the app when FRAUDSTREAM_LABELS_FORWARD is
     on too: the CLI's service does, apps built in-process (tests, benchmarks) do not.
-    `lists` is where the allow/block lists are read and written (default: the control topic,
-    through a producer started on the first write).
+    `lists` is where the allow/block lists are read and written and `rules` where the rules
+    are (default for both: one publisher of the control topic, its producer started on the
+    first write).
     """
     tokens = tokens or service_tokens(settings)
     if not 0 <= settings.idempotency_margin_s < settings.idempotency_ttl_s:
@@ -142,11 +145,12 @@ def create_app(
     app[TOKENS] = tokens
     app[METRICS] = metrics
     app[IN_FLIGHT] = set()
-    if lists is None:
-        from app.stream.listfeed import ListPublisher
+    from app.control.publisher import ControlPublisher
 
-        lists = ListPublisher(settings)
-    app[LISTS] = lists
+    control = ControlPublisher(settings)
+    app[LISTS] = lists if lists is not None else control
+    app[RULES] = rules if rules is not None else control
+    app[RULES_LOCK] = asyncio.Lock()
     factory = redis_client_factory or default_redis_client
 
     async def redis_context(app: web.Application) -> AsyncIterator[None]:
@@ -181,6 +185,7 @@ def create_app(
                 await stop_task(forwarder, FORWARDER_STOP_S)
             await app[STORE].aclose()
             await app[LISTS].aclose()
+            await app[RULES].aclose()
             await client.aclose()
             logger.info("action service stopped; redis client closed")
 

@@ -102,8 +102,19 @@ local function apply_one(k, a)
     return 'future', '', '', ''
   end
 
-  if action_type ~= 'freeze_card' and action_type ~= 'alert_customer' then
+  if action_type ~= 'freeze_card' and action_type ~= 'alert_customer'
+      and action_type ~= 'review' then
     return 'error', 'ERR unknown action type', '', ''
+  end
+  -- a review goes to the shard's review queue: its stream and its set of open reviews carry
+  -- the alerts stream's shard tag (one slot), so they are named from it here
+  local reviews = (string.gsub(alerts, '^alerts:', 'reviews:', 1))
+  local reviews_open = (string.gsub(alerts, '^alerts:', 'reviews_open:', 1))
+  if action_type == 'review' then
+    for _, pair in ipairs({{reviews, 'stream'}, {reviews_open, 'zset'}}) do
+      local bad = wrong_type(pair[1], pair[2])
+      if bad then return 'error', bad, '', '' end
+    end
   end
   if action_type == 'alert_customer' then
     -- an alert writes the alerts stream, the card's list and hash: check all three (a
@@ -117,7 +128,9 @@ local function apply_one(k, a)
   end
 
   local outcome = 'alert_queued'
-  if action_type == 'freeze_card' then
+  if action_type == 'review' then
+    outcome = 'review_queued'
+  elseif action_type == 'freeze_card' then
     local bad = wrong_type(history, 'list')
     if bad then return 'error', bad, '', '' end
     -- (HMGET refuses a card of the wrong type with an error, before any write)
@@ -152,6 +165,11 @@ local function apply_one(k, a)
       queued_at_ms = now_ms, explanation = explanation, decided_by = decided_by, rule = rule}))
     redis.call('LTRIM', card_alerts, -alerts_kept, -1)
     redis.call('HINCRBY', card, 'alerts_total', 1)
+  elseif outcome == 'review_queued' then
+    local review_id = redis.call('XADD', reviews, '*', 'idempotency_key', key, 'card_id',
+      card_id, 'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score, 'model_version', model_version,
+      'queued_at_ms', now_ms, 'explanation', explanation, 'decided_by', decided_by, 'rule', rule)
+    redis.call('ZADD', reviews_open, now_ms, review_id)
   end
   redis.call('HSET', idem, 'idempotency_key', key, 'fingerprint', fingerprint,
     'type', action_type, 'card_id', card_id, 'txn_id', txn_id, 'ts_ms', ts_ms, 'score', score,

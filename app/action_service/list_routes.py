@@ -1,6 +1,6 @@
 """HTTP handlers of the allow/block lists: GET /v1/lists, PUT and DELETE /v1/lists/{kind}/{id}.
 
-The lists live on the compacted control topic (app.stream.listfeed), not in Redis: the workers
+The lists live on the compacted control topic (app.control), not in Redis: the workers
 read them there, so a write is answered once Kafka has acknowledged it (all in-sync replicas)
 and a read is what the workers read. Kafka down or slow: 503, nothing written (one record is
 written whole or not at all), the same request may be retried.
@@ -32,11 +32,11 @@ MAX_LIST_BODY_BYTES: Final = 4 * 1024
 
 
 class ListBook(Protocol):
-    """Where list entries are written and read (app.stream.listfeed.ListPublisher)."""
+    """Where list entries are written and read (app.control.publisher.ControlPublisher)."""
 
-    async def put(self, entry: ListEntry) -> None: ...
+    async def put(self, entry: ListEntry) -> object: ...
 
-    async def remove(self, kind: EntityKind, entity_id: str) -> None: ...
+    async def remove(self, kind: EntityKind, entity_id: str) -> object: ...
 
     async def entries(self) -> Lists: ...
 

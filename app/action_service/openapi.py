@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from app.action_service.openapi_lists import list_paths, list_schemas
+from app.action_service.openapi_rules import rule_paths, rule_schemas
 from app.actions.action import DECIDED_BY, MAX_TS_MS, OPTIONAL_FIELDS
 from app.transactions.contract import MIN_TS_MS
 
@@ -21,7 +22,8 @@ _TS: Final = {"type": "integer", "format": "int64", "minimum": MIN_TS_MS, "maxim
 _MS: Final = {"type": "integer", "format": "int64"}
 _JSON: Final = "application/json"
 _DECIDED_BY: Final = {"type": "string", "enum": list(DECIDED_BY)}
-_RULE: Final = {"type": "string", "pattern": "^(allow|block):(card|merchant):[A-Za-z0-9_.:-]{1,64}$"}
+_RULE: Final = {"type": "string", "pattern": "^((allow|block):(card|merchant):[A-Za-z0-9_.:-]{1,64}"
+                                              "|[a-z0-9][a-z0-9_-]{0,63}@[1-9][0-9]{0,8})$"}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -59,7 +61,7 @@ _UNAUTHORIZED: Final = {
 def _schemas() -> dict[str, Any]:
     action_fields = {
         "idempotency_key": {**_KEY, "description": "idempotency_key(type, txn_id), see docs."},
-        "type": {"type": "string", "enum": ["freeze_card", "alert_customer"]},
+        "type": {"type": "string", "enum": ["freeze_card", "alert_customer", "review"]},
         "card_id": _ID,
         "txn_id": _ID,
         "ts_ms": {**_TS, "description": "Event time of the transaction (ms since epoch)."},
@@ -75,11 +77,12 @@ def _schemas() -> dict[str, Any]:
                         "items": _ref("Contribution"),
                         "description": "Optional: the top contributing features (occlusion "
                         "against the training reference); not part of the action's identity."},
-        "decided_by": {**_DECIDED_BY, "description": "Who decided: the model, or an allow/"
-                       "block list entry (then `rule` names it). Absent: model. Not part of "
-                       "the action's identity."},
-        "rule": {**_RULE, "description": "The list entry that decided (with decided_by "
-                 "allow_list or block_list only)."},
+        "decided_by": {**_DECIDED_BY, "description": "Who decided: the model, an allow/"
+                       "block list entry or a rule (then `rule` names it). Absent: model. Not "
+                       "part of the action's identity."},
+        "rule": {**_RULE, "description": "The list entry (`<list>:<kind>:<id>`, with decided_by "
+                 "allow_list or block_list) or the rule version (`<id>@<version>`, with "
+                 "decided_by rule) that decided."},
     }
     explanation = {"type": "array", "items": _ref("Contribution"), "nullable": True,
                    "description": "Top contributing features, largest |contribution| first."}
@@ -88,12 +91,13 @@ def _schemas() -> dict[str, Any]:
                "rule": {**_RULE, "nullable": True}}
     result_fields = {
         "idempotency_key": _KEY,
-        "type": {"type": "string", "enum": ["freeze_card", "alert_customer"]},
+        "type": {"type": "string", "enum": ["freeze_card", "alert_customer", "review"]},
         "card_id": _ID,
         "txn_id": _ID,
         "ts_ms": _MS,
         "outcome": {"type": "string", "enum": ["frozen", "already_frozen",
-                                               "superseded_by_release", "alert_queued"]},
+                                               "superseded_by_release", "alert_queued",
+                                               "review_queued"]},
         "applied_at_ms": _MS,
         "effect_id": {"type": "string", "description": "ID of the entry in the `effects` stream."},
     }
@@ -199,6 +203,7 @@ def _schemas() -> dict[str, Any]:
             "What the decision did (the same body on every replay).",
         ),
         **list_schemas(_object),
+        **rule_schemas(_object),
         "Error": _object(
             {
                 "error": {"type": "string"},
@@ -320,6 +325,7 @@ def _paths() -> dict[str, Any]:
             "confirmCard", "Confirm fraud on a card (an analyst's decision; labels it 1).",
             unauthorized, unavailable, invalid),
         **list_paths(_ok, _error, unauthorized, invalid, _RETRY_AFTER),
+        **rule_paths(_ok, _error, unauthorized, invalid, _RETRY_AFTER),
         "/healthz": {
             "get": {
                 "operationId": "healthz",

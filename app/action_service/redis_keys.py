@@ -15,6 +15,10 @@ one Redis Cluster slot and one Lua call can write them atomically on a cluster t
     stats:{tag}                       hash, the shard's durable counters (`replays`)
     labels:{tag}                      stream, the shard's outbox of analyst labels (forwarded
                                       to the Kafka topic `labels`, see label_outbox.py)
+    reviews:{tag}                     stream, the shard's review queue (one entry per `review`
+                                      action; its entry id is the review's id in the shard)
+    reviews_open:{tag}                sorted set, the shard's open reviews by queued time
+    review:{tag}:<entry id>           hash, how a review was closed (outcome, who, its key)
 
 and one key in the shard of the idempotency key itself (`crc32(key) % SHARDS`):
 
@@ -64,7 +68,10 @@ STATS_KEYS: Final = tuple(keys[2] for keys in SHARD_KEYS)
 LABEL_STREAMS: Final = tuple(f"labels:{{{tag}}}" for tag in SHARD_TAGS)
 #: Key patterns of every key the service writes (for ACLs).
 KEY_PATTERNS: Final = ("idem:*", "card:*", "effects:*", "alerts:*", "stats:*", "claim:*",
-                       "labels:*")
+                       "labels:*", "reviews:*", "reviews_open:*", "review:*")
+#: Every shard's review queue and its open set, in shard order.
+REVIEW_STREAMS: Final = tuple(f"reviews:{{{tag}}}" for tag in SHARD_TAGS)
+REVIEWS_OPEN: Final = tuple(f"reviews_open:{{{tag}}}" for tag in SHARD_TAGS)
 
 
 def shard_of(name: str) -> int:
@@ -121,6 +128,16 @@ def analyst_label_id(card_id: str, effect_id: str) -> str:
     (`effects:{tag}/<entry id>`, as decide.lua writes it). The entry id alone is not unique:
     two shards' streams can issue the same id in the same millisecond."""
     return f"{SHARD_KEYS[shard_of(card_id)][0]}/{effect_id}"
+
+
+def review_close_keys(shard: int, entry_id: str, card_id: str) -> tuple[str, ...]:
+    """Every key closing one review touches, in review_close.lua's order: the close record,
+    the shard's review stream and open set, the card, its history, the shard's effects stream
+    and labels outbox (one slot: the review was queued in its card's shard)."""
+    tag = SHARD_TAGS[shard]
+    card = f"card:{{{tag}}}:{card_id}"
+    return (f"review:{{{tag}}}:{entry_id}", REVIEW_STREAMS[shard], REVIEWS_OPEN[shard], card,
+            f"{card}:history", SHARD_KEYS[shard][0], LABEL_STREAMS[shard])
 
 
 def decision_keys(key: str, card_id: str) -> tuple[str, str, str, str, str]:

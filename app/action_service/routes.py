@@ -23,6 +23,8 @@ from app.action_service.metrics import CONTENT_TYPE_LATEST
 from app.action_service.observe import observed, unmatched
 from app.action_service.openapi import build_openapi
 from app.action_service.replies import RETRY_AFTER_S, error_reply, json_reply
+from app.action_service.review_routes import close_review, get_review, get_reviews
+from app.action_service.rule_routes import get_rule, get_rules, patch_rule, post_rule
 from app.action_service.store import render_card, render_record, render_result
 from app.actions.action import Action, ActionError
 from app.actions.key import KEY_RE
@@ -245,8 +247,19 @@ async def list_reader(request: web.Request) -> web.Response:
     return await get_lists(request)
 
 
+def reader(handler):  # noqa: ANN001, ANN201 - an aiohttp handler
+    """A GET for any token."""
+
+    async def read(request: web.Request) -> web.Response:
+        if _access(request) is None:
+            return _unauthorized()
+        return await handler(request)
+
+    return read
+
+
 def list_writer(handler):  # noqa: ANN001, ANN201 - an aiohttp handler
-    """PUT/DELETE /v1/lists/{kind}/{entity_id}: full-access tokens only, recorded by name."""
+    """Writes of lists and rules: full-access tokens only, recorded by name."""
 
     async def write_list(request: web.Request) -> web.Response:
         by = _writer(request)
@@ -303,6 +316,13 @@ def setup_routes(app: web.Application) -> None:
         ("GET", "/v1/lists", list_reader),
         ("PUT", "/v1/lists/{kind}/{entity_id}", list_writer(put_entry)),
         ("DELETE", "/v1/lists/{kind}/{entity_id}", list_writer(delete_entry)),
+        ("GET", "/v1/reviews", reader(get_reviews)),
+        ("GET", "/v1/reviews/{review_id}", reader(get_review)),
+        ("POST", "/v1/reviews/{review_id}/close", list_writer(close_review)),
+        ("GET", "/v1/rules", reader(get_rules)),
+        ("POST", "/v1/rules", list_writer(post_rule)),
+        ("GET", "/v1/rules/{rule_id}", reader(get_rule)),
+        ("PATCH", "/v1/rules/{rule_id}", list_writer(patch_rule)),
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),
         ("GET", "/metrics", metrics),

@@ -151,25 +151,41 @@ class ActionStore:
         keys = decision_keys(key, request.card_id)
         args = decide_args(key, request, by, ttl_ms=self._limits.ttl_ms,
                            history_kept=self._limits.alerts_per_card)
+        reply, acked = await self.script(decide_script_source(), decide_script_sha(), keys, args)
+        result = DecisionResult.from_reply(reply)
+        replicas, timeout_ms = self._wait
+        if replicas and result.verdict != "mismatch" and acked < replicas:
+            raise NotReplicatedError(acked, replicas, timeout_ms)
+        return result
+
+    @property
+    def history_kept(self) -> int:
+        """Events kept per card history (the scripts' LTRIM)."""
+        return self._limits.alerts_per_card
+
+    async def script(self, source: str, sha: str, keys: tuple[str, ...], args: list[str]
+                     ) -> tuple[Any, int]:
+        """One call of a Lua script whose keys are all in one slot (`keys[1]`'s node on a
+        cluster), then WAIT when replicas are asked for: (its reply, replicas acknowledged)."""
         if not self._cluster:
-            return await self._decide_on(self._redis, keys, args)  # type: ignore[arg-type]
+            return await self._script_on(self._redis, source, sha, keys, args)  # type: ignore[arg-type]
         if self._node_client is None:
             raise RuntimeError("a cluster store needs node_client")
         node = self._redis.get_node_from_key(keys[1])  # type: ignore[union-attr]
         client = self._node_client(node.host, node.port)
         try:
-            return await self._decide_on(client, keys, args)
+            return await self._script_on(client, source, sha, keys, args)
         finally:
             await client.aclose()
 
-    async def _decide_on(self, client: Redis, keys: tuple[str, ...], args: list[str]
-                         ) -> DecisionResult:
+    async def _script_on(self, client: Redis, source: str, sha: str, keys: tuple[str, ...],
+                         args: list[str]) -> tuple[Any, int]:
         replicas, timeout_ms = self._wait
         for attempt in range(2):
             async with client.pipeline(transaction=False) as pipe:
                 if attempt:  # the script was not loaded yet (a new or restarted Redis)
-                    pipe.script_load(decide_script_source())
-                pipe.evalsha(decide_script_sha(), len(keys), *keys, *args)
+                    pipe.script_load(source)
+                pipe.evalsha(sha, len(keys), *keys, *args)
                 if replicas:
                     pipe.execute_command("WAIT", replicas, timeout_ms)
                 try:
@@ -179,11 +195,13 @@ class ActionStore:
                         raise
                     continue
             replies = replies[1:] if attempt else replies
-            result = DecisionResult.from_reply(replies[0])
-            if replicas and result.verdict != "mismatch" and int(replies[1]) < replicas:
-                raise NotReplicatedError(int(replies[1]), replicas, timeout_ms)
-            return result
+            return replies[0], (int(replies[1]) if replicas else 0)
         raise AssertionError("unreachable")
+
+    @property
+    def redis(self) -> Redis | RedisCluster:
+        """The service's client (readers of the shards' streams and sets use it)."""
+        return self._redis
 
     async def card(self, card_id: str) -> tuple[dict[str, str], list[str], list[str]]:
         """A card's hash, its alert list and its history (JSON strings), read as one snapshot

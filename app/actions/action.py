@@ -18,12 +18,14 @@ from app.transactions.contract import MIN_TS_MS
 MAX_TS_MS: Final = 4_102_444_800_000
 _ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _MODEL_VERSION_RE: Final = re.compile(r"[\x20-\x7e]{1,128}")
-#: Who decided an action: the model's score and policy, or an allow/block list entry that
-#: overrode them (app.scoring.lists).
-DecidedBy = Literal["model", "allow_list", "block_list"]
-DECIDED_BY: Final[tuple[DecidedBy, ...]] = ("model", "allow_list", "block_list")
+#: Who decided an action: the model's score and policy, an allow/block list entry that
+#: overrode them (app.scoring.lists), or a rule (app.rules).
+DecidedBy = Literal["model", "allow_list", "block_list", "rule"]
+DECIDED_BY: Final[tuple[DecidedBy, ...]] = ("model", "allow_list", "block_list", "rule")
 #: How an action names the list entry that decided it: "<list>:<kind>:<id>".
 RULE_RE: Final = re.compile(r"(allow|block):(card|merchant):[A-Za-z0-9_.:\-]{1,64}")
+#: How an action names the rule version that decided it: "<rule id>@<version>".
+RULE_VERSION_RE: Final = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}@[1-9][0-9]{0,8}")
 
 ActionErrorCode = Literal[
     "invalid_json",
@@ -252,8 +254,14 @@ def _decided_by(obj: dict[str, Any]) -> tuple[DecidedBy, str | None]:
     rule = obj.get("rule")
     if decided_by == "model":
         if rule is not None:
-            raise ActionError("bad_format", "rule", "rule: only for actions decided by a list")
+            raise ActionError("bad_format", "rule", "rule: only for actions decided by a list "
+                              "or a rule")
         return "model", None
+    if decided_by == "rule":
+        if type(rule) is not str or not RULE_VERSION_RE.fullmatch(rule):
+            raise ActionError("bad_format", "rule", "rule: required with decided_by rule: "
+                              "'<rule id>@<version>'")
+        return "rule", rule
     if type(rule) is not str or not RULE_RE.fullmatch(rule):
         raise ActionError("bad_format", "rule", "rule: required with decided_by "
                           f"{decided_by}: '<allow|block>:<card|merchant>:<id>'")

@@ -11,8 +11,8 @@ import orjson
 if TYPE_CHECKING:
     from app.actions.action import Action
 
-ActionType = Literal["freeze_card", "alert_customer"]
-ACTION_TYPES: Final[tuple[ActionType, ...]] = ("freeze_card", "alert_customer")
+ActionType = Literal["freeze_card", "alert_customer", "review"]
+ACTION_TYPES: Final[tuple[ActionType, ...]] = ("freeze_card", "alert_customer", "review")
 
 #: Bumping a version changes every key/fingerprint; only do it together with a key-space flush.
 KEY_SCHEME: Final = "fraudstream.action-key.v1"

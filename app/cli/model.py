@@ -258,11 +258,11 @@ def activate(model_dir: Path, version: str, without_reference: bool) -> None:
     """
     import asyncio
 
+    from app.control.publisher import publish_activation
     from app.drift.reference import DriftReference
     from app.kafka.topics import ensure_topics
     from app.scoring.contract import ModelError
     from app.scoring.registry import ModelRegistry
-    from app.stream.control import publish_activation
 
     try:
         loaded = ModelRegistry(model_dir, device="cpu").load(version)

@@ -24,10 +24,10 @@ def shadow(model_dir: Path, version: str | None, stop: bool) -> None:
     """
     import asyncio
 
+    from app.control.publisher import publish_shadow
     from app.kafka.topics import ensure_topics
     from app.scoring.contract import ModelError
     from app.scoring.registry import ModelRegistry
-    from app.stream.shadow import publish_shadow
 
     if stop == (version is not None):
         raise click.UsageError("give a VERSION to shadow, or --stop (not both)")

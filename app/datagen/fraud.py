@@ -39,9 +39,11 @@ TESTING_ONLINE_SHARE: Final = 0.85
 TAKEOVER_RUN: Final = (3, 12)
 TAKEOVER_SPAN_MS: Final = (10 * MINUTE_MS, 3 * HOUR_MS)
 TAKEOVER_ONLINE_SHARE: Final = 0.6
-#: Compromised merchant: 15..60 cards charged 1..3 times each within 1..6 h.
-COMPROMISED_VICTIMS: Final = (15, 60)
-COMPROMISED_SPAN_MS: Final = (HOUR_MS, 6 * HOUR_MS)
+#: Compromised merchant: for 10..24 days (cut to the log), 2..8 new victims a day, each charged
+#: 1..3 times within minutes. It outlasts the 7-day label delay, so the label-fed merchant
+#: features see its first week's frauds during the weeks after (docs/features.md).
+COMPROMISED_DAYS: Final = (10, 24)
+COMPROMISED_DAILY_VICTIMS: Final = (2, 8)
 COMPROMISED_CHARGES_P: Final = np.array([0.3, 0.4, 0.3])
 COMPROMISED_GAP_MS: Final = (MINUTE_MS, 10 * MINUTE_MS)
 _TAIL_MS: Final = 30 * MINUTE_MS  # room for a victim's later charges before the log ends
@@ -150,16 +152,21 @@ def compromised_merchant(
     rng: np.random.Generator, cards: Cards, merchants: Merchants, target: int,
     *, start_ms: int, span_ms: int,
 ) -> TxnColumns:
-    """One online merchant charging many different cards, each a few times, within hours."""
+    """One online merchant charging new cards every day for weeks, each a few times in minutes.
+
+    An incident cut to meet the fraud budget keeps its earliest charges: it ends early.
+    """
     parts: list[TxnColumns] = []
     made = 0
     while made < target:  # each incident adds at least one transaction
         country = rng.choice(N_COUNTRIES, size=1, p=country_weights())
         mcc = _COMPROMISED_MCCS[rng.integers(0, len(_COMPROMISED_MCCS), 1)]
         merchant = int(merchants.uniform(country, mcc, rng.random(1))[0])
-        span = int(rng.integers(COMPROMISED_SPAN_MS[0], COMPROMISED_SPAN_MS[1] + 1))
+        days = int(rng.integers(COMPROMISED_DAYS[0], COMPROMISED_DAYS[1] + 1))
+        span = max(1, min(days * DAY_MS, span_ms - 2 * _TAIL_MS))
         t0 = int(_starts(rng, 1, np.array([span]), start_ms=start_ms, span_ms=span_ms)[0])
-        k = min(int(rng.integers(COMPROMISED_VICTIMS[0], COMPROMISED_VICTIMS[1] + 1)), cards.count)
+        daily = int(rng.integers(COMPROMISED_DAILY_VICTIMS[0], COMPROMISED_DAILY_VICTIMS[1] + 1))
+        k = min(max(1, daily * span // DAY_MS), cards.count)
         victims = rng.choice(cards.count, size=k, replace=False)
         charges = rng.choice(np.arange(1, 4), size=k, p=COMPROMISED_CHARGES_P)
 
@@ -170,11 +177,12 @@ def compromised_merchant(
         starts = np.concatenate(([0], np.cumsum(charges)[:-1]))
         gaps[starts] = 0
         offset = np.cumsum(gaps) - np.repeat(np.cumsum(gaps)[starts], charges)
+        ts = first[victim] + offset
         n = min(len(victim), target - made)
-        rows = slice(0, n)
+        rows = np.argsort(ts, kind="stable")[:n]
         at = np.full(n, country[0])
         parts.append(TxnColumns.build(
-            card=victims[victim][rows], ts=(first[victim] + offset)[rows],
+            card=victims[victim][rows], ts=ts[rows],
             amount=lognormal_amounts(rng, 30_000, 0.5, at,
                                      low_usd_cents=5_000, high_usd_cents=500_000),
             merchant=np.full(n, merchant), mcc=np.full(n, mcc_codes(mcc)[0]), country=at,

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 Aggregate = Literal["count", "sum", "max", "mean", "distinct", "since_prev", "ratio_to_mean",
-                    "labelled", "frauds", "fraud_share", "fraud_streak", "hours_since_genuine"]
+                    "labelled", "frauds", "fraud_share", "fraud_streak", "hours_since_genuine",
+                    "streak_age"]
 SourceField = Literal["amount_minor", "merchant_id", "country", "ts_ms", "label"]
 #: Whose history a feature aggregates: the card's own events, or the merchant's.
 Entity = Literal["card", "merchant"]
@@ -30,6 +31,7 @@ AGGREGATE_DTYPES: Final[Mapping[str, Dtype]] = {
     "fraud_share": "float64",
     "fraud_streak": "int64",
     "hours_since_genuine": "int64",
+    "streak_age": "int64",
 }
 #: Which source fields each aggregate may read.
 _SOURCES: Final[Mapping[str, frozenset[str]]] = {
@@ -45,13 +47,14 @@ _SOURCES: Final[Mapping[str, frozenset[str]]] = {
     "fraud_share": frozenset({"label"}),
     "fraud_streak": frozenset({"label"}),
     "hours_since_genuine": frozenset({"label"}),
+    "streak_age": frozenset({"label"}),
 }
 #: The aggregates of each feed (and so of each entity: merchants are seen through labels only).
 _FEED_AGGREGATES: Final[Mapping[str, frozenset[str]]] = {
     "transactions": frozenset({"count", "sum", "max", "mean", "distinct", "since_prev",
                                "ratio_to_mean"}),
     "labels": frozenset({"labelled", "frauds", "fraud_share", "fraud_streak",
-                         "hours_since_genuine"}),
+                         "hours_since_genuine", "streak_age"}),
 }
 #: Label-fed windows and delays are whole hours (a label is known from the hour after it is
 #: reported).
@@ -176,6 +179,10 @@ def _merchant_recency(w: Window) -> tuple[Feature, ...]:
         _merchant(f"merchant_hours_since_genuine_{w.name}", "hours_since_genuine", w, "int64",
                   f"Hours from the latest known genuine label's transaction hour to the "
                   f"window's end ({w.name} window; its length + 1 when none)."),
+        _merchant(f"merchant_streak_age_{w.name}", "streak_age", w, "int64",
+                  f"Hours from the transaction hour of the first fraud label of that run to "
+                  f"the window's end ({w.name} window; 0 when the run is empty): with the "
+                  "hours since genuine it brackets when a compromise began."),
     )
 
 

@@ -20,6 +20,8 @@ n hours and delay D (7 days: the Fraud Detection Handbook's):
                                (transaction time, label_id)
     merchant_hours_since_genuine_<n> = (hour(τ) − D) − hour(t) of the last genuine label of
                                `counted` in that order (n + 1 when there is none)
+    merchant_streak_age_<n>  = (hour(τ) − D) − hour(t) of the first label of that fraud run
+                               (0 when the run is empty)
 
 So the value depends only on (m, hour(τ), min(hour(τ), hour(cut))) and the label log: a
 replay, a redelivery or another worker gets the same bits whenever its cut has passed τ's hour
@@ -45,11 +47,12 @@ from app.transactions.labels import LabelRecord
 #: (aggregate, window hours, delay hours) per merchant feature, in declaration order.
 _SPECS: Final = tuple((f.aggregate, f.window.ms // HOUR_MS, f.delay.ms // HOUR_MS)
                       for f in MERCHANT_FEATURES if f.delay is not None)
-#: The distinct (window, delay) pairs, each giving one (labelled, frauds, streak, since) tuple.
+#: The distinct (window, delay) pairs, each giving one (labelled, frauds, streak, since, age)
+#: tuple.
 _WINDOWS: Final = tuple(dict.fromkeys((n, d) for _, n, d in _SPECS))
 #: The windows whose order-dependent aggregates (streak, hours since genuine) are declared.
 _SCANNED: Final = frozenset(_WINDOWS.index((n, d)) for agg, n, d in _SPECS
-                            if agg in ("fraud_streak", "hours_since_genuine"))
+                            if agg in ("fraud_streak", "hours_since_genuine", "streak_age"))
 _PICK: Final = tuple((_WINDOWS.index((n, d)), agg) for agg, n, d in _SPECS)
 #: How far back a label's transaction hour can matter for a query hour.
 _REACH: Final = max((n + d for n, d in _WINDOWS), default=0)
@@ -77,10 +80,10 @@ def known_hour(reported_at_ms: int) -> int:
     return reported_at_ms // HOUR_MS + 1
 
 
-def _vector(counts: Sequence[tuple[int, int, int, int]]) -> tuple[FeatureValue, ...]:
+def _vector(counts: Sequence[tuple[int, int, int, int, int]]) -> tuple[FeatureValue, ...]:
     out: list[FeatureValue] = []
     for w, agg in _PICK:
-        labelled, frauds, streak, since = counts[w]
+        labelled, frauds, streak, since, age = counts[w]
         if agg == "labelled":
             out.append(labelled)
         elif agg == "frauds":
@@ -89,8 +92,10 @@ def _vector(counts: Sequence[tuple[int, int, int, int]]) -> tuple[FeatureValue, 
             out.append(frauds / labelled if labelled else 0.0)
         elif agg == "fraud_streak":
             out.append(streak)
-        else:
+        elif agg == "hours_since_genuine":
             out.append(since)
+        else:
+            out.append(age)
     return tuple(out)
 
 
@@ -145,7 +150,7 @@ class _Labels:
             self._rebuild(0)
             self.slow = [x for x in self.slow if x[0] >= hour]
 
-    def counts(self, hour: int, eff: int) -> list[tuple[int, int, int, int]]:
+    def counts(self, hour: int, eff: int) -> list[tuple[int, int, int, int, int]]:
         out = []
         for w, (n, delay) in enumerate(_WINDOWS):
             lo, hi = hour - delay - n, hour - delay
@@ -164,7 +169,7 @@ class _Labels:
                     if self.known[k] > eff:
                         labelled -= 1
                         frauds -= self.fraud[k]
-            streak, since = 0, n + 1
+            streak, since, age = 0, n + 1, 0
             if w in _SCANNED:  # from the window's end back to its last known genuine label
                 for k in range(j - 1, i - 1, -1):
                     if self.known[k] > eff:
@@ -173,7 +178,8 @@ class _Labels:
                         since = hi - self.hours[k]
                         break
                     streak += 1
-            out.append((labelled, frauds, streak, since))
+                    age = hi - self.hours[k]
+            out.append((labelled, frauds, streak, since, age))
         return out
 
 
@@ -339,13 +345,13 @@ class MerchantTable:
                 safe = np.where(hit, idx, 0)
                 lab = np.where(hit, self.labelled[w][safe], 0)
                 fr = np.where(hit, self.frauds[w][safe], 0)
-            streak, since = zero, np.full(len(code), n + 1, dtype=np.int64)
+            streak, since, age = zero, np.full(len(code), n + 1, dtype=np.int64), zero
             if w in _SCANNED:
-                streak, since = self._scan(code, hour, n, delay)
-            per_window.append((lab, fr, streak, since))
+                streak, since, age = self._scan(code, hour, n, delay)
+            per_window.append((lab, fr, streak, since, age))
         out: list[np.ndarray] = []
         for w, agg in _PICK:
-            lab, fr, streak, since = per_window[w]
+            lab, fr, streak, since, age = per_window[w]
             if agg == "labelled":
                 out.append(lab.astype(np.int64))
             elif agg == "frauds":
@@ -357,12 +363,14 @@ class MerchantTable:
                 out.append(share)
             elif agg == "fraud_streak":
                 out.append(streak)
-            else:
+            elif agg == "hours_since_genuine":
                 out.append(since)
+            else:
+                out.append(age)
         return out
 
     def _scan(self, code: np.ndarray, hour: np.ndarray, n: int,
-              delay: int) -> tuple[np.ndarray, np.ndarray]:
+              delay: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         seq = self.sequence
         hi_h = hour - delay
         i = np.searchsorted(seq.key, _key(code, hi_h - n), side="left")
@@ -376,11 +384,13 @@ class MerchantTable:
         has_g = some & (g >= i)
         since = np.where(has_g, hi_h - (seq.hours[np.where(has_g, g, 0)] if len(seq.run)
                                         else 0), n + 1)
+        first = np.where(streak > 0, last - streak + 1, 0)
+        age = np.where(streak > 0, hi_h - (seq.hours[first] if len(seq.run) else 0), 0)
         # a window holding a slow label may hold one not known yet: walk those windows
         walk = np.flatnonzero(some & (seq.slow_before[j] - seq.slow_before[i] > 0)) \
             if len(seq.run) else np.empty(0, dtype=np.int64)
         for q in walk.tolist():
-            st, sn = 0, n + 1
+            st, sn, ag = 0, n + 1, 0
             for x in range(int(j[q]) - 1, int(i[q]) - 1, -1):
                 if seq.known[x] > hour[q]:
                     continue
@@ -388,8 +398,9 @@ class MerchantTable:
                     sn = int(hi_h[q] - seq.hours[x])
                     break
                 st += 1
-            streak[q], since[q] = st, sn
-        return streak.astype(np.int64), since.astype(np.int64)
+                ag = int(hi_h[q] - seq.hours[x])
+            streak[q], since[q], age[q] = st, sn, ag
+        return streak.astype(np.int64), since.astype(np.int64), age.astype(np.int64)
 
 
 def _sequence(m: np.ndarray, t: np.ndarray, k: np.ndarray, y: np.ndarray) -> _Sequence:

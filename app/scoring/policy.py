@@ -19,13 +19,27 @@ from typing import Final, Protocol
 
 from app.actions import Action, ActionType, make_action
 from app.actions.explanation import Contribution
-from app.scoring.lists import ListEntry, rule
+from app.scoring.lists import ListEntry, Ruling, rule
 
 #: Scores closer than this to a threshold may decide differently on another execution provider.
 BOUNDARY_EPS: Final = 1e-5
 FREEZE: Final[tuple[ActionType, ...]] = ("freeze_card", "alert_customer")
 ALERT: Final[tuple[ActionType, ...]] = ("alert_customer",)
 NOTHING: Final[tuple[ActionType, ...]] = ()
+#: What a rule's action does to its transaction (app.rules.rule.RuleAction).
+RULE_TYPES: Final[dict[str, tuple[ActionType, ...]]] = {
+    "freeze_card": FREEZE, "alert_customer": ALERT, "review": ("review",), "allow": NOTHING,
+}
+
+
+class DecidingRule(Protocol):
+    """The rule version that decides a transaction (app.rules.rule.Rule has it)."""
+
+    @property
+    def action(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 class TxnFields(Protocol):
@@ -84,6 +98,17 @@ def near_threshold(score: float, thresholds: Thresholds, eps: float = BOUNDARY_E
     return abs(score - thresholds.freeze) <= eps or abs(score - thresholds.alert) <= eps
 
 
+def ruling(model_types: tuple[ActionType, ...], entry: ListEntry | None,
+           deciding: DecidingRule | None = None) -> Ruling:
+    """The precedence: a list entry (app.scoring.lists.rule), else the first active rule that
+    holds (its action, `decided_by` rule, named `<id>@<version>`), else the model's decision."""
+    if entry is not None:
+        return rule(model_types, entry)
+    if deciding is not None:
+        return Ruling(RULE_TYPES[deciding.action], "rule", deciding.name)
+    return Ruling(model_types, "model", None)
+
+
 def build_actions(
     txn: TxnFields,
     score: float,
@@ -93,17 +118,18 @@ def build_actions(
     thresholds: Thresholds,
     explanation: tuple[Contribution, ...] | None = None,
     entry: ListEntry | None = None,
+    deciding: DecidingRule | None = None,
 ) -> list[Action]:
     """The actions for one scored transaction, keys from app.actions (type and txn_id only),
-    after the transaction's allow/block list `entry` (app.scoring.lists.rule); each carries
-    who decided it, and `explanation` when given."""
+    after the transaction's allow/block list `entry` and the `deciding` rule (`ruling`); each
+    carries who decided it, and `explanation` when given."""
     value = float(score)
-    ruling = rule(decide(value, thresholds), entry)
+    decided = ruling(decide(value, thresholds), entry, deciding)
     actions = [
         make_action(kind, card_id=txn.card_id, txn_id=txn.txn_id, ts_ms=txn.ts_ms, score=value,
                     model_version=model_version, decided_at_ms=decided_at_ms,
-                    decided_by=ruling.decided_by, rule=ruling.rule)
-        for kind in ruling.types
+                    decided_by=decided.decided_by, rule=decided.rule)
+        for kind in decided.types
     ]
     if explanation is None:
         return actions

@@ -27,18 +27,18 @@ from app.stream.carddb import CardDBOptions
 from app.stream.cardstore import TableCards, card_table
 from app.stream.checkpoint import Checkpoint
 from app.stream.consumer import MAX_POLL_RECORDS, broker_url, check_faust_version
-from app.stream.control import activation_handler, follow_activations
+from app.stream.control import activation_handler
+from app.stream.controlfeed import ControlHandlers, follow_control, wait_ready
 from app.stream.dispatch import Dispatcher
 from app.stream.engine import ScoreEngine
 from app.stream.labelfeed import LabelView, follow_labels
 from app.stream.labelfeed import wait_ready as wait_labels_ready
-from app.stream.listfeed import follow_lists, wait_ready
 from app.stream.pipeline import TransactionPipeline
 from app.stream.recovery import TransactionalTableManager
 from app.stream.restore import CardTableManager, ChangelogRestorer, standby_lag
 from app.stream.scoring import ScoringStage
 from app.stream.sequencer import PartitionSequencer
-from app.stream.shadow import follow_shadow, shadow_handler
+from app.stream.shadow import shadow_handler
 from app.stream.txnsink import TransactionalSink
 from app.stream.watchdog import CommitWatchdog
 
@@ -190,27 +190,18 @@ def create_app(
     if model is None or load_model is None:
         raise ValueError("the score agent needs a model and a model loader")
     stage = ScoringStage(model, settings, clock)
-    shadow_model, shadow_offset = shadow  # the shadow set at start, and where to follow from
+    shadow_model, _ = shadow  # the shadow set at start (changes follow from control_offset)
     if shadow_model is not None:
         stage.shadow.offer(shadow_model)
 
-    @app.task
-    async def follow_models() -> None:  # pragma: no cover - end to end
-        await follow_activations(settings, control_offset, activation_handler(load_model, stage.offer))
-
-    lists_read = asyncio.Event()
+    control_read = asyncio.Event()
 
     @app.task
-    async def follow_allow_block_lists() -> None:  # pragma: no cover - end to end
-        def install(lists: Any) -> None:
-            stage.lists = lists
-
-        await follow_lists(settings, install, lists_read)
-
-    @app.task
-    async def follow_shadow_model() -> None:  # pragma: no cover - end to end
-        await follow_shadow(settings, shadow_offset,
-                            shadow_handler(load_model, stage.shadow.offer))
+    async def follow_control_topic() -> None:  # pragma: no cover - end to end
+        await follow_control(settings, control_offset, ControlHandlers(
+            lists=stage.install_lists, rules=stage.install_rules,
+            activation=activation_handler(load_model, stage.offer),
+            shadow=shadow_handler(load_model, stage.shadow.offer)), control_read)
 
     labels = LabelView()
 
@@ -297,7 +288,7 @@ def create_app(
                 log.warning("partitions still without a leader: %s", ", ".join(leaderless))
         except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
             log.warning("output topics' metadata not fetched ahead (%r)", exc)
-        await wait_ready(lists_read)  # no transaction is decided without the lists
+        await wait_ready(control_read)  # no transaction is decided without the lists and rules
         await wait_labels_ready(labels)  # nor scored before the label feed's first round
         try:
             await engine.run()

@@ -72,6 +72,12 @@ SCORED: Final = Counter("fraudstream_scored_total", "Transactions scored.")
 ACTIONS_EMITTED: Final = Counter(
     "fraudstream_actions_emitted_total", "Actions produced to the actions topic.", ["type"]
 )
+RULE_HITS: Final = Counter(
+    "fraudstream_rule_hits_total",
+    "Scored rows a rule held for (active and log_only alike; an active rule decides only the "
+    "rows no list entry or earlier rule decided), by rule id, version and mode.",
+    ["rule", "version", "mode"],
+)
 BATCH_SIZE: Final = Histogram(
     "fraudstream_batch_size", "Micro-batch sizes.",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from app.actions.explanation import Contribution
 from app.kafka import topics
 from app.kafka.records import H_SOURCE_APPENDED_MS, OutRecord
+from app.rules.ruleset import EMPTY as NO_RULES
+from app.rules.ruleset import RuleSet
 from app.scoring.explain import Explainer, explainer_for
 from app.scoring.lists import EMPTY, Lists
 from app.scoring.policy import Thresholds, build_actions, decide
@@ -31,8 +34,10 @@ class ScoringStage:
         self.settings = settings
         self.clock_ms = clock_ms
         self._pending: LoadedModel | None = None
-        #: The allow/block lists, replaced whole by app.stream.listfeed (read once per batch).
+        #: The allow/block lists and the rules, replaced whole by app.stream.controlfeed (read
+        #: once per batch; a new set applies from the next batch on).
         self.lists: Lists = EMPTY
+        self.rules: RuleSet = NO_RULES
         self.model = model
         self.drift = DriftStage(settings)
         self.shadow = ShadowStage()
@@ -62,6 +67,17 @@ class ScoringStage:
         if warm is not None:
             warm(max_rows)
 
+    def install_lists(self, lists: Lists, offset: int) -> None:
+        """The lists as read through control offset `offset`, for the next batch on."""
+        self.lists = lists
+        log.info("allow/block lists through control offset %d: %d entries", offset, len(lists))
+
+    def install_rules(self, rules: RuleSet, offset: int) -> None:
+        """The rules as read through control offset `offset`, for the next batch on."""
+        self.rules = rules
+        log.info("rules through control offset %d: %s", offset,
+                 ", ".join(f"{r.name} ({r.mode})" for r in rules.rules) or "none")
+
     def offer(self, model: LoadedModel) -> None:
         """Queue a validated model; it becomes active at the start of the next batch."""
         self._pending = model
@@ -78,18 +94,23 @@ class ScoringStage:
         scores = model.scorer.score(matrix)
         self.drift.observe(scored, matrix, scores)
         decided_at = self.clock_ms()
-        explanations = self._explain(scored, matrix, scores)
-        lists, thresholds = self.lists, self.thresholds
+        lists, rules, thresholds = self.lists, self.rules, self.thresholds
+        entries = ([lists.match(s.txn.card_id, s.txn.merchant_id) for s in scored]
+                   if lists.entries else None)
+        deciding = self._rules(rules, scored, scores, entries)
+        explanations = self._explain(scored, matrix, scores, deciding)
         out: list[OutRecord] = []
         version = model.version
         for i, (item, score) in enumerate(zip(scored, scores.tolist(), strict=True)):
             out.append(served_record(item, score=score, model_version=version))
-            entry = lists.match(item.txn.card_id, item.txn.merchant_id) if lists.entries else None
-            if entry is None and not decide(score, thresholds):
-                continue  # most rows: nothing decided, no list entry, no actions to build
+            entry = entries[i] if entries is not None else None
+            by_rule = rules.rules[deciding[i]] if deciding is not None and deciding[i] >= 0 \
+                else None
+            if entry is None and by_rule is None and not decide(score, thresholds):
+                continue  # most rows: nothing decided, no list entry, no rule, no actions
             actions = build_actions(item.txn, score, version, decided_at,
                                     thresholds=thresholds, explanation=explanations.get(i),
-                                    entry=entry)
+                                    entry=entry, deciding=by_rule)
             if not actions:
                 continue
             # when the transaction reached Kafka, for the event → effect latency at dispatch
@@ -105,13 +126,26 @@ class ScoringStage:
                                    active=self.thresholds))
         return out
 
-    def _explain(self, scored: Sequence[Scored], matrix: np.ndarray, scores: np.ndarray
-                 ) -> dict[int, tuple[Contribution, ...]]:
+    @staticmethod
+    def _rules(rules: RuleSet, scored: Sequence[Scored], scores: np.ndarray,
+               entries: list[Any] | None) -> np.ndarray | None:
+        """Per row the index of the active rule that decides it (-1: none); hits counted."""
+        if not rules.rules:
+            return None
+        found = rules.evaluate(scored, scores, entries)
+        for r, hits in zip(rules.rules, found.hits, strict=True):
+            if hits:
+                metrics.RULE_HITS.labels(r.id, str(r.version), r.mode).inc(hits)
+        return found.deciding
+
+    def _explain(self, scored: Sequence[Scored], matrix: np.ndarray, scores: np.ndarray,
+                 deciding: np.ndarray | None = None) -> dict[int, tuple[Contribution, ...]]:
         """Explanations of the rows that produce an action (by row index), in one scorer call;
         the other rows cost one threshold comparison."""
         if self._explainer is None:
             return {}
-        rows = [i for i, raw in enumerate(scores.tolist()) if decide(raw, self.thresholds)]
+        rows = [i for i, raw in enumerate(scores.tolist()) if decide(raw, self.thresholds)
+                or (deciding is not None and deciding[i] >= 0)]
         if not rows:
             return {}
         found = self._explainer.explain(matrix[rows], scores[rows],

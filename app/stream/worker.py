@@ -7,13 +7,13 @@ import logging
 
 import faust
 
+from app.control.publisher import read_control
 from app.kafka.topics import ensure_topics
 from app.scoring.contract import ModelError
 from app.scoring.registry import LoadedModel, ModelRegistry
 from app.settings import Settings
 from app.stream import collector
 from app.stream.app import AgentName, create_app, worker_datadir
-from app.stream.control import latest_activation
 from app.stream.membership import leave_for_predecessor
 
 log = logging.getLogger(__name__)
@@ -23,41 +23,37 @@ class WorkerStartError(RuntimeError):
     """The worker cannot start (no valid model); the message says why."""
 
 
-def initial_model(settings: Settings, registry: ModelRegistry) -> tuple[LoadedModel, int]:
-    """The model to start with and the control-topic offset to follow from.
+def initial_model(settings: Settings, registry: ModelRegistry,
+                  activated: str | None) -> LoadedModel:
+    """The model to start with.
 
-    The latest activation on the control topic wins; if it does not validate here, the worker
-    says so and starts with the configured model (FRAUDSTREAM_MODEL_VERSION or models/DEFAULT).
-    A configured model that does not validate stops the worker with the reason.
+    The latest activation on the control topic (`activated`) wins; if it does not validate
+    here, the worker says so and starts with the configured model (FRAUDSTREAM_MODEL_VERSION or
+    models/DEFAULT). A configured model that does not validate stops the worker with the reason.
     """
-    activated, offset = asyncio.run(latest_activation(settings))
     if activated is not None:
         try:
-            return registry.load(activated), offset
+            return registry.load(activated)
         except ModelError as exc:
             log.error("activated model %s does not validate here (%s); using the configured one",
                       activated, exc)
     try:
-        return registry.load(settings.model_version), offset
+        return registry.load(settings.model_version)
     except ModelError as exc:
         raise WorkerStartError(f"refusing to start: {exc}") from exc
 
 
-def initial_shadow(settings: Settings, registry: ModelRegistry
-                   ) -> tuple[LoadedModel | None, int]:
+def initial_shadow(registry: ModelRegistry, version: str | None) -> LoadedModel | None:
     """The shadow model set on the control topic (None: none, or it does not validate here:
-    said in the log, the worker runs without one) and the offset to follow shadow changes from."""
-    from app.stream.shadow import latest_shadow
-
-    version, offset = asyncio.run(latest_shadow(settings))
+    said in the log, the worker runs without one)."""
     if version is None:
-        return None, offset
+        return None
     try:
-        return registry.load(version), offset
+        return registry.load(version)
     except ModelError as exc:
         log.error("shadow model %s does not validate here (%s); running without one",
                   version, exc)
-        return None, offset
+        return None
 
 
 def run_worker(
@@ -76,8 +72,11 @@ def run_worker(
     shadow: tuple[LoadedModel | None, int] = (None, 0)
     registry = ModelRegistry.from_settings(settings)
     if "score" in agents:
-        model, offset = initial_model(settings, registry)
-        shadow = initial_shadow(settings, registry)
+        # one read of the control topic: the activation and shadow in force, and the offset
+        # the worker's control follower hands later ones on from
+        control, offset = asyncio.run(read_control(settings, timeout_s=30.0))
+        model = initial_model(settings, registry, control.activation)
+        shadow = (initial_shadow(registry, control.shadow), offset)
     fraud = create_app(settings, web_port=web_port, model=model, load_model=registry.load,
                        control_offset=offset, shadow=shadow, agents=agents)
 

@@ -16,12 +16,12 @@ import redis
 from aiokafka.errors import KafkaError
 
 from app.action_service.redis_keys import EFFECTS_STREAMS
+from app.control.publisher import publish_activation
 from app.kafka import topics
 from app.kafka.inspect import committed_offsets, group_lag, topic_sizes
 from app.stack.kafka_cluster import KafkaCluster
 from app.stack.manager import Stack
 from app.stack.redis_cluster import RedisCluster
-from app.stream.control import publish_activation
 from tests.support.brokers import leader_load, partitions
 from tests.support.procs import (
     Spawned,

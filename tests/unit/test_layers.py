@@ -9,7 +9,8 @@ import pytest
 
 APP = Path(__file__).resolve().parents[2] / "app"
 #: packages below stream/ (the Kafka client layer included)
-LOWER = ("kafka", "transactions", "stack", "features", "scoring", "drift", "actions", "security")
+LOWER = ("kafka", "transactions", "stack", "features", "scoring", "drift", "actions", "security",
+         "rules", "control", "action_service")
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from app.actions import idempotency_key
+from app.control.publisher import publish_activation
 from app.kafka import topics
 from app.kafka.inspect import topic_sizes
 from app.scoring.registry import ModelRegistry
 from app.settings import Settings
-from app.stream.control import publish_activation
 from tests.support.pipeline import (
     assert_live_matches_oracle,
     lines_of,

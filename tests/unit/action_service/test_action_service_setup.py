@@ -82,7 +82,8 @@ def test_script_checks_everything_before_its_first_write():
         or "return 'mismatch'" in line
         or "wrong_type(pair" in line
     ]
-    assert len(checks) == 5 and writes  # gone, future, two mismatches (claim, record), types
+    # gone, future, two mismatches (claim, record), the alert types, the review types
+    assert len(checks) == 6 and writes
     assert body < min(checks) and max(checks) < min(writes) and max(writes) < loop
 
 

@@ -17,8 +17,8 @@ from app.datagen.columns import (
 )
 from app.datagen.config import GeneratorConfig
 from app.datagen.fraud import (
-    COMPROMISED_SPAN_MS,
-    COMPROMISED_VICTIMS,
+    COMPROMISED_DAILY_VICTIMS,
+    COMPROMISED_DAYS,
     TAKEOVER_SPAN_MS,
     TESTING_SPAN_MS,
     incident_sizes,
@@ -76,18 +76,28 @@ def test_account_takeover_is_high_value_in_a_new_country_at_new_merchants(
             assert not set(txns.merchant[run].tolist()) & set(txns.merchant[own].tolist())
 
 
-def test_compromised_merchant_hits_many_cards_within_hours(txns: TxnColumns) -> None:
-    incidents = _episodes(txns, COMPROMISED_MERCHANT, txns.merchant,
-                          gap_ms=COMPROMISED_SPAN_MS[1])
+def test_compromised_merchant_charges_new_cards_every_day_for_weeks() -> None:
+    config = GeneratorConfig(cards=2_000, txns=60_000, seed=8, fraud_rate=0.03, days=28)
+    txns = generate_log(config).txns
+    rows = np.flatnonzero(txns.pattern == COMPROMISED_MERCHANT)
+    incidents = [rows[txns.merchant[rows] == m] for m in np.unique(txns.merchant[rows])]
     assert len(incidents) >= 2
-    # the last incident may be cut short to meet the fraud budget
-    full = [i for i in incidents if len(set(txns.card[i].tolist())) >= COMPROMISED_VICTIMS[0]]
-    assert len(full) >= len(incidents) - 1
+    day = 86_400_000
     for inc in incidents:
-        assert txns.ts[inc].max() - txns.ts[inc].min() <= COMPROMISED_SPAN_MS[1] + 30 * MINUTE
+        inc = inc[np.argsort(txns.ts[inc], kind="stable")]
+        lasted = int(txns.ts[inc].max() - txns.ts[inc].min())
+        assert lasted <= COMPROMISED_DAYS[1] * day + 30 * MINUTE
         assert np.all(txns.channel[inc] == ECOM)
         assert np.all(txns.amount[inc] >= 3_900)  # 50.00 USD in the cheapest currency
         assert len(set(txns.country[inc].tolist())) == 1
+        victims = len(set(txns.card[inc].tolist()))
+        assert victims <= COMPROMISED_DAILY_VICTIMS[1] * (lasted // day + 1)
+        # one victim's charges are minutes apart; the merchant keeps charging for days
+        per_card = Counter(txns.card[inc].tolist())
+        assert max(per_card.values()) <= 3
+    # all but the incident cut to meet the fraud budget outlast the 7-day label delay
+    long = [i for i in incidents if txns.ts[i].max() - txns.ts[i].min() > 7 * day]
+    assert len(long) >= len(incidents) - 1
 
 
 def test_incident_sizes_meet_the_target_in_whole_incidents() -> None:

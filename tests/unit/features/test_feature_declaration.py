@@ -30,7 +30,8 @@ def test_names_and_order_are_the_contract() -> None:
                  "amount_to_mean_30d"]
     merchant = [f"merchant_{agg}_{w}" for w in ("1d", "7d", "30d")
                 for agg in ("labelled", "frauds", "fraud_share")]
-    merchant += ["merchant_fraud_streak_30d", "merchant_hours_since_genuine_30d"]
+    merchant += ["merchant_fraud_streak_30d", "merchant_hours_since_genuine_30d",
+                 "merchant_streak_age_30d"]
     assert list(CARD_FEATURE_NAMES) == expected
     assert list(MERCHANT_FEATURE_NAMES) == merchant
     assert list(FEATURE_NAMES) == expected + merchant

@@ -142,15 +142,16 @@ def brute_force(labels: list[LabelRecord], merchant: str, ts: int,
                           and x.reported_at_ms // HOUR_MS + 1 <= eff),
                          key=lambda x: (x.txn_ts_ms, x.label_id))
         frauds = sum(x.label for x in counted)
-        streak, since = 0, n + 1
+        streak, since, age = 0, n + 1, 0
         for x in reversed(counted):
             if not x.label:
                 since = hour - d - x.txn_ts_ms // HOUR_MS
                 break
             streak += 1
+            age = hour - d - x.txn_ts_ms // HOUR_MS
         out.append({"labelled": len(counted), "frauds": frauds, "fraud_streak": streak,
                     "fraud_share": frauds / len(counted) if counted else 0.0,
-                    "hours_since_genuine": since}[f.aggregate])
+                    "hours_since_genuine": since, "streak_age": age}[f.aggregate])
     return tuple(out)
 
 
@@ -189,4 +190,5 @@ def test_a_compromised_merchant_shows_as_a_streak() -> None:
     v = named(book.vector("m1", BASE + 7 * DAY_MS + 6 * DAY_MS))  # sees txns before day 6
     assert v["merchant_fraud_streak_30d"] == 12 and v["merchant_frauds_30d"] == 12
     assert v["merchant_hours_since_genuine_30d"] == 6 * 24 - 66  # last genuine: hour 66
+    assert v["merchant_streak_age_30d"] == 6 * 24 - 72  # first fraud of the run: hour 72
     assert named(EMPTY)["merchant_hours_since_genuine_30d"] == 30 * 24 + 1

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
+from app.control.fold import fold_records
 from app.scoring.lists import (
     ALERT,
     FREEZE,
@@ -19,7 +20,6 @@ from app.scoring.lists import (
     rule,
 )
 from app.scoring.policy import Thresholds, build_actions
-from app.stream.listfeed import fold_records
 
 
 def _entry(list_name: str, kind: str, entity_id: str) -> ListEntry:
@@ -130,5 +130,5 @@ def test_the_control_topic_folds_to_the_current_lists():
         _Rec(b"list:card:c9", b"not json"),  # refused, logged
         _Rec(b"list:card:c8", c1.to_json()),  # names another entity: refused
     ]
-    lists = fold_records(records)
+    lists = fold_records(records).lists()
     assert list(lists.entries) == ["merchant:m1"]

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.control.fold import shadow_version_of
 from app.kafka import topics
 from app.kafka.records import SourceMessage
 from app.kafka.shadowrow import ShadowRow, decode_shadow
 from app.scoring.comparison import compare
 from app.scoring.policy import Thresholds
 from app.stream.pipeline import Scored
-from app.stream.shadow import ShadowStage, shadow_version_of
+from app.stream.shadow import ShadowStage
 from app.transactions.contract import parse_transaction
 
 

@@ -1,0 +1,1 @@
+"""Rules the fraud team writes: a small expression language, versioned rules, their evaluation."""

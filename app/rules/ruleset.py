@@ -1,0 +1,124 @@
+"""The current rules, compiled once per version set, evaluated over a batch of scored rows.
+
+Precedence (the worker and the backtest apply the same app.scoring.policy.ruling): a list entry decides first
+(block list: freeze; allow list: the model's freeze becomes an alert, rules are not asked), then
+the first *active* rule in (order, id) that holds for the row, then the model's thresholds.
+`log_only` rules are evaluated on every row and count their hits, acting on nothing; `disabled`
+ones are not evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, Protocol
+
+import numpy as np
+
+from app.features.declaration import FEATURE_NAMES
+from app.rules.language import TXN_FIELDS, Columns, Expression
+from app.rules.rule import Rule
+from app.scoring.lists import ListEntry
+
+_FEATURE_INDEX: Final = {name: i for i, name in enumerate(FEATURE_NAMES)}
+_HOUR_MS: Final = 3_600_000
+class Row(Protocol):
+    """What a rule reads of a scored row (app.stream.pipeline.Scored has it)."""
+
+    @property
+    def txn(self) -> Any: ...
+
+    @property
+    def features(self) -> tuple[int | float, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One batch through the rules: per row the index (into RuleSet.rules) of the active rule
+    that decides it (-1: none), and per rule its hits (active and log_only alike)."""
+
+    deciding: np.ndarray
+    hits: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """Every rule's current version by id, and the evaluated ones compiled, in order."""
+
+    current: Mapping[str, Rule] = field(default_factory=lambda: MappingProxyType({}))
+    rules: tuple[Rule, ...] = ()
+    compiled: tuple[Expression, ...] = ()
+
+    @classmethod
+    def of(cls, versions: Iterable[Rule]) -> RuleSet:
+        """The latest version of each id among `versions` (a higher version replaces a lower
+        one, whatever the order they come in)."""
+        current: dict[str, Rule] = {}
+        for r in versions:
+            have = current.get(r.id)
+            if have is None or r.version > have.version:
+                current[r.id] = r
+        live = sorted((r for r in current.values() if r.mode != "disabled"),
+                      key=lambda r: (r.order, r.id))
+        return cls(MappingProxyType(current), tuple(live), tuple(r.compiled() for r in live))
+
+    def with_version(self, rule: Rule) -> RuleSet:
+        """This set with `rule` applied (ignored when not newer than the id's current)."""
+        have = self.current.get(rule.id)
+        if have is not None and have.version >= rule.version:
+            return self
+        return RuleSet.of([*self.current.values(), rule])
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    @property
+    def active(self) -> int:
+        return sum(1 for r in self.rules if r.mode == "active")
+
+    def evaluate(self, rows: Sequence[Row], scores: np.ndarray,
+                 entries: Sequence[ListEntry | None] | None = None) -> Evaluation:
+        """The rules over one batch (`entries`: each row's list entry, for `listed()`)."""
+        n = len(rows)
+        deciding = np.full(n, -1, dtype=np.int64)
+        if not self.rules or not n:
+            return Evaluation(deciding, (0,) * len(self.rules))
+        cols = Columns(n, _getter(rows, scores), _listed(entries, n))
+        hits = []
+        open_rows = np.ones(n, dtype=bool)
+        for i, (r, expr) in enumerate(zip(self.rules, self.compiled, strict=True)):
+            mask = expr.mask(cols)
+            hits.append(int(np.count_nonzero(mask)))
+            if r.mode == "active":
+                take = mask & open_rows
+                deciding[take] = i
+                open_rows &= ~take
+        return Evaluation(deciding, tuple(hits))
+
+
+def _getter(rows: Sequence[Row], scores: np.ndarray) -> Callable[[str], np.ndarray]:
+    def get(name: str) -> np.ndarray:
+        if name == "score":
+            return np.asarray(scores, dtype=np.float64)
+        if name == "hour":
+            return np.fromiter(((r.txn.ts_ms // _HOUR_MS) % 24 for r in rows), dtype=np.float64,
+                               count=len(rows))
+        i = _FEATURE_INDEX.get(name)
+        if i is not None:
+            return np.fromiter((r.features[i] for r in rows), dtype=np.float64, count=len(rows))
+        if TXN_FIELDS[name] == "number":
+            return np.fromiter((getattr(r.txn, name) for r in rows), dtype=np.float64,
+                               count=len(rows))
+        return np.array([getattr(r.txn, name) for r in rows], dtype=object)
+    return get
+
+
+def _listed(entries: Sequence[ListEntry | None] | None, n: int) -> dict[str, np.ndarray]:
+    if entries is None:
+        return {}
+    return {name: np.fromiter((e is not None and e.list == name for e in entries), dtype=bool,
+                              count=n) for name in ("block", "allow")}
+
+
+EMPTY: Final = RuleSet()
