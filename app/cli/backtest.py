@@ -52,6 +52,18 @@ def _read_lists(path: Path | None) -> Any:  # noqa: ANN401 - app.scoring.lists.L
         raise click.ClickException(f"{path}: {exc.reason}{field}") from None
 
 
+def _read_rules(path: Path | None) -> Any:  # noqa: ANN401 - app.rules.ruleset.RuleSet
+    from app.rules.rule import RuleError, read_rules_file
+    from app.rules.ruleset import EMPTY, RuleSet
+
+    if path is None:
+        return EMPTY
+    try:
+        return RuleSet.of(read_rules_file(path.read_bytes().splitlines()))
+    except RuleError as exc:
+        raise click.ClickException(f"{path}: {exc}") from None
+
+
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -76,6 +88,7 @@ def render(comparison: Any, *, shown: int = SHOWN_CHANGES) -> list[str]:  # noqa
                   cand and f"{cand.thresholds.alert:.6g}")]
     t, c = active.total, cand.total if cand else None
     for label, get in (("freezes", lambda x: x.freezes), ("alerts (no freeze)", lambda x: x.alerts),
+                       ("reviews", lambda x: x.reviews),
                        ("fraud amount caught", lambda x: x.fraud_amount_caught)):
         lines.append(_row(label, f"{get(t):,}", c and f"{get(c):,}",
                           _delta(get(t), get(c)) if c else ""))
@@ -131,6 +144,14 @@ def render(comparison: Any, *, shown: int = SHOWN_CHANGES) -> list[str]:  # noqa
 @click.option("--lists", "lists_path", type=_FILE, default=None,
               help="Allow/block lists applied to both policies: JSONL of entries, as "
               "`fraudstream lists show --json` prints them [default: none].")
+@click.option("--active-rules", "active_rules_path", type=_FILE, default=None,
+              help="The rules in force (JSONL, as `fraudstream rules show --json` prints "
+              "them) [default: none].")
+@click.option("--rules", "rules_path", type=_FILE, default=None,
+              help="Candidate rules, in place of the active ones for the candidate (JSONL: "
+              "rules as `rules show --json` prints them, or {id, expression, action[, mode, "
+              "order]}); prints each rule's hits, precision, recall, fraud amount caught, cards "
+              "frozen wrongly and overlaps.")
 @click.option("--out-actions", type=_OUT, default=None,
               help="Write the active policy's actions (JSONL, as the pipeline emits them).")
 @click.option("--diff-out", type=_OUT, default=None,
@@ -140,8 +161,9 @@ def render(comparison: Any, *, shown: int = SHOWN_CHANGES) -> list[str]:  # noqa
 @click.option("--now-ms", type=int, default=None,
               help="Validator clock in ms since epoch [default: the wall clock].")
 def backtest(events: Path, labels_path: Path, policy_path: Path | None, version: str | None,
-             model_dir: Path | None, lists_path: Path | None, out_actions: Path | None,
-             diff_out: Path | None, lateness_ms: int | None, now_ms: int | None) -> None:
+             model_dir: Path | None, lists_path: Path | None, active_rules_path: Path | None,
+             rules_path: Path | None, out_actions: Path | None, diff_out: Path | None,
+             lateness_ms: int | None, now_ms: int | None) -> None:
     """Run a log through the pipeline's features, model, lists and policy offline and print,
     the active policy (the model card's thresholds with FRAUDSTREAM_FREEZE_THRESHOLD /
     FRAUDSTREAM_ALERT_THRESHOLD applied, as the worker does) beside the candidate: freezes and
@@ -176,6 +198,9 @@ def backtest(events: Path, labels_path: Path, policy_path: Path | None, version:
         except ValueError as exc:
             raise click.ClickException(f"{policy_path}: {exc}") from None
     lists = _read_lists(lists_path)
+    active_rules, candidate_rules = _read_rules(active_rules_path), _read_rules(rules_path)
+    if rules_path is not None and candidate is None:
+        candidate = active
     # labels are checked against the wall clock (the log's validator clock may lie before
     # the labels came in: chargebacks arrive weeks later)
     records = _read_labels(labels_path, max(clock, int(time.time() * 1000)))
@@ -188,7 +213,7 @@ def backtest(events: Path, labels_path: Path, policy_path: Path | None, version:
         offline = compute_features(
             events, progress=progress, now_ms=clock, max_bytes=settings.max_message_bytes,
             allowed_lateness_ms=settings.allowed_lateness_ms if lateness_ms is None
-            else lateness_ms, extra=("merchant_id", "amount_minor"),
+            else lateness_ms, extra=_extra(active_rules, candidate_rules),
             merchants=MerchantTable.of(records))  # known before each day: no look-ahead
     if offline.accepted == 0:
         raise click.ClickException(f"no valid transaction in {events} ({offline.summary()}): "
@@ -199,13 +224,16 @@ def backtest(events: Path, labels_path: Path, policy_path: Path | None, version:
                   for n in ("txn_id", "card_id", "ts_ms", "amount_minor")), scores.tolist())
     fraud_rows = rows.fraud_rows(truth)
     outcomes = []
-    for name, policy in (("active", active), ("candidate", candidate)):
+    for name, policy, rule_set in (("active", active, active_rules),
+                                   ("candidate", candidate,
+                                    active_rules if rules_path is None else candidate_rules)):
         if policy is None:
             outcomes.append(None)
             continue
         # explanations only where the actions are written (not part of what is compared)
         explain = name == "active" and out_actions is not None
-        actions, _ = decide_rows(loaded, offline, scores, policy, lists=lists, explain=explain)
+        actions, _ = decide_rows(loaded, offline, scores, policy, lists=lists, explain=explain,
+                                 rules=rule_set)
         outcomes.append(evaluate(name, policy, actions, rows, truth, fraud_rows))
     comparison = compare(outcomes[0], outcomes[1], truth)
     if out_actions is not None:
@@ -217,3 +245,47 @@ def backtest(events: Path, labels_path: Path, policy_path: Path | None, version:
                f"{len(truth.cards):,} cards; took {time.perf_counter() - began:.1f}s")
     for line in render(comparison):
         click.echo(line)
+    for title, rule_set in (("active rules", active_rules), ("candidate rules", candidate_rules)):
+        for line in _rule_lines(title, rule_set, loaded, offline, scores, active, lists,
+                                fraud_rows):
+            click.echo(line)
+
+
+def _extra(*rule_sets: Any) -> tuple[str, ...]:  # noqa: ANN401 - RuleSets
+    """The transaction fields the table keeps: merchant and amount, and what the rules read."""
+    from app.rules.language import TXN_FIELDS
+
+    names = set().union(*(r.names for r in rule_sets)) & TXN_FIELDS.keys()
+    return ("merchant_id", "amount_minor",
+            *sorted(names - {"merchant_id", "amount_minor", "card_id", "ts_ms"}))
+
+
+def _rule_lines(title: str, rules: Any, loaded: Any, offline: Any, scores: Any,  # noqa: ANN401
+                thresholds: Any, lists: Any, fraud_rows: frozenset[int]) -> list[str]:
+    """Each rule's figures (app.rules.figures) over the log."""
+    if not rules.rules:
+        return []
+    import numpy as np
+
+    from app.rules.figures import render_figures, rule_figures
+    from app.scoring.oracle import rule_columns
+
+    table = offline.table
+    n = table.num_rows
+    entries = {}
+    if lists.entries:
+        for i, (c, m) in enumerate(zip(table.column("card_id").to_pylist(),
+                                       table.column("merchant_id").to_pylist(), strict=True)):
+            entry = lists.match(c, m)
+            if entry is not None:
+                entries[i] = entry
+    fraud = np.zeros(n, dtype=bool)
+    fraud[list(fraud_rows)] = True
+    listed_rows = np.zeros(n, dtype=bool)
+    listed_rows[list(entries)] = True
+    wide = scores.astype(np.float64)
+    figures = rule_figures(rules, rule_columns(offline, wide, entries), fraud=fraud,
+                           amount=table.column("amount_minor").to_numpy(),
+                           cards=np.array(table.column("card_id").to_pylist(), dtype=object),
+                           model_acts=wide >= thresholds.alert, listed_rows=listed_rows)
+    return render_figures(title, figures)

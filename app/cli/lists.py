@@ -16,6 +16,11 @@ _KIND = click.Choice(["card", "merchant"])
 def _call(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     """One request to the action service (FRAUDSTREAM_ACTION_SERVICE_URL, the first full-access
     token); an error answer becomes one line naming the field."""
+    return _request(method, path, body, {})
+
+
+def _request(method: str, path: str, body: dict[str, Any] | None,
+             headers: dict[str, str]) -> dict[str, Any]:
     from app.security.tokens import client_token
     from app.settings import load_settings
 
@@ -24,7 +29,7 @@ def _call(method: str, path: str, body: dict[str, Any] | None = None) -> dict[st
     request = urllib.request.Request(
         f"{settings.action_service_url}{path}", data=data, method=method,
         headers={"Authorization": f"Bearer {client_token(settings)}",
-                 "Content-Type": "application/json"})
+                 "Content-Type": "application/json", **headers})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - configured URL
             return json.loads(response.read())  # type: ignore[no-any-return]
@@ -34,6 +39,9 @@ def _call(method: str, path: str, body: dict[str, Any] | None = None) -> dict[st
         except ValueError:
             answer = {"error": exc.reason, "field": None}
         field = f" (field: {answer['field']})" if answer.get("field") else ""
+        if answer.get("position"):
+            pos = answer["position"]
+            field += f" at line {pos['line']}, column {pos['column']}"
         raise click.ClickException(f"the action service answered {exc.code}: "
                                    f"{answer.get('error')}{field}") from None
     except (urllib.error.URLError, OSError) as exc:

@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "replay": "app.cli.replay:replay",
     "labels": "app.cli.labels:labels",
     "lists": "app.cli.lists:lists",
+    "rules": "app.cli.rules:rules",
+    "reviews": "app.cli.rules:reviews",
     "backtest": "app.cli.backtest:backtest",
     "quality": "app.cli.quality:quality",
     "worker": "app.cli.worker:worker",

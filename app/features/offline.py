@@ -28,6 +28,7 @@ from app.features import kernel
 from app.features.declaration import FEATURE_DTYPES, FEATURE_NAMES
 from app.features.merchant import MerchantTable
 from app.features.source import BATCH_ROWS, Batch, LogReader
+from app.features.source import SCHEMA as SOURCE_SCHEMA
 from app.features.vector import derive_columns
 from app.transactions.contract import DEFAULT_MAX_BYTES
 from app.transactions.logfile import iter_messages
@@ -46,7 +47,9 @@ Progress = Callable[[int], None]
 _NO_LABELS: Final = MerchantTable.of(())
 #: Transaction fields a pass may carry after the features (for the backtest: lists match the
 #: merchant, the fraud caught is counted in money).
-EXTRA_COLUMNS: Final = {"merchant_id": pa.string(), "amount_minor": pa.int64()}
+#: Transaction fields a table may keep beside the features (as the log reader types them).
+EXTRA_COLUMNS: Final = {f.name: f.type for f in SOURCE_SCHEMA
+                        if f.name not in ("txn_id", "card_id", "ts_ms")}
 
 
 def feature_schema(extra: tuple[str, ...] = ()) -> pa.Schema:

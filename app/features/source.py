@@ -43,7 +43,7 @@ _MAX_VALID_BYTES: Final = 512
 _ID: Final = r"^[A-Za-z0-9_.:\-]{1,64}$"
 _STRING_RULES: Final = {"txn_id": _ID, "card_id": _ID, "merchant_id": _ID,
                         "currency": r"^[A-Z]{3}$", "country": r"^[A-Z]{2}$"}
-_SCHEMA: Final = pa.schema([("txn_id", pa.string()), ("card_id", pa.string()),
+SCHEMA: Final = pa.schema([("txn_id", pa.string()), ("card_id", pa.string()),
                             ("ts_ms", pa.int64()), ("amount_minor", pa.int64()),
                             *((f, pa.string()) for f in COLUMNS[4:])])
 
@@ -90,7 +90,7 @@ def _from_messages(messages: Iterable[bytes], now_ms: int, max_bytes: int,
             rejects.add(raw, exc, max_bytes)
     return pa.Table.from_arrays(
         [pa.array([getattr(t, name) for t in txns], type=f.type)
-         for name, f in zip(COLUMNS, _SCHEMA, strict=True)], schema=_SCHEMA)
+         for name, f in zip(COLUMNS, SCHEMA, strict=True)], schema=SCHEMA)
 
 
 class LogReader:
@@ -163,8 +163,8 @@ class LogReader:
                                       self._now_ms, self._max_bytes, self.rejects)
         kept = batch.filter(pa.array(mask)) if slow.size else batch
         return pa.Table.from_arrays(
-            [_plain(kept.column(name), f.type) for name, f in zip(COLUMNS, _SCHEMA, strict=True)],
-            schema=_SCHEMA)
+            [_plain(kept.column(name), f.type) for name, f in zip(COLUMNS, SCHEMA, strict=True)],
+            schema=SCHEMA)
 
 
 def _plain(column: pa.Array, typ: pa.DataType) -> pa.Array:

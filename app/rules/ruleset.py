@@ -77,16 +77,24 @@ class RuleSet:
     def active(self) -> int:
         return sum(1 for r in self.rules if r.mode == "active")
 
+    @property
+    def names(self) -> frozenset[str]:
+        """Every name the evaluated rules read."""
+        return frozenset().union(*(e.names for e in self.compiled))
+
     def evaluate(self, rows: Sequence[Row], scores: np.ndarray,
                  entries: Sequence[ListEntry | None] | None = None) -> Evaluation:
-        """The rules over one batch (`entries`: each row's list entry, for `listed()`)."""
+        """The rules over one batch of scored rows (`entries`: each row's list entry)."""
         n = len(rows)
-        deciding = np.full(n, -1, dtype=np.int64)
         if not self.rules or not n:
-            return Evaluation(deciding, (0,) * len(self.rules))
-        cols = Columns(n, _getter(rows, scores), _listed(entries, n))
+            return Evaluation(np.full(n, -1, dtype=np.int64), (0,) * len(self.rules))
+        return self.evaluate_columns(Columns(n, _getter(rows, scores), listed(entries, n)))
+
+    def evaluate_columns(self, cols: Columns) -> Evaluation:
+        """The rules over a batch given as columns (the offline table's, or a batch's)."""
+        deciding = np.full(cols.size, -1, dtype=np.int64)
         hits = []
-        open_rows = np.ones(n, dtype=bool)
+        open_rows = np.ones(cols.size, dtype=bool)
         for i, (r, expr) in enumerate(zip(self.rules, self.compiled, strict=True)):
             mask = expr.mask(cols)
             hits.append(int(np.count_nonzero(mask)))
@@ -114,7 +122,8 @@ def _getter(rows: Sequence[Row], scores: np.ndarray) -> Callable[[str], np.ndarr
     return get
 
 
-def _listed(entries: Sequence[ListEntry | None] | None, n: int) -> dict[str, np.ndarray]:
+def listed(entries: Sequence[ListEntry | None] | None, n: int) -> dict[str, np.ndarray]:
+    """Per list name, which rows' entry is on it (for `listed()`)."""
     if entries is None:
         return {}
     return {name: np.fromiter((e is not None and e.list == name for e in entries), dtype=bool,

@@ -8,6 +8,7 @@ pipeline's actions; only the thresholds differ. Definitions, per accepted transa
 - truth: its own label when it has one (the latest reported wins), else its card's label, else
   not fraud (an unlabelled transaction counts as legitimate);
 - a freeze: the transaction was decided freeze_card; an alert: alert_customer without a freeze;
+  a review: a rule sent it to review;
 - precision of freezes: fraud freezes / freezes; recall of fraud: fraud transactions frozen /
   fraud transactions; fraud amount caught: the amount (minor units) of fraud transactions frozen;
 - a card frozen wrongly: a card frozen at least once none of whose transactions is fraud.
@@ -81,6 +82,7 @@ class Tally:
 
     freezes: int = 0
     alerts: int = 0
+    reviews: int = 0
     fraud_freezes: int = 0
     fraud: int = 0
     fraud_amount: int = 0
@@ -119,13 +121,14 @@ def evaluate(name: str, thresholds: Thresholds, actions: list[Action], rows: Row
     index = rows.index
     frozen_rows = {index[a.txn_id] for a in actions if a.type == "freeze_card"}
     alerted_rows = {index[a.txn_id] for a in actions if a.type == "alert_customer"} - frozen_rows
+    reviewed_rows = {index[a.txn_id] for a in actions if a.type == "review"}
     if fraud_rows is None:
         fraud_rows = rows.fraud_rows(truth)
     total, days = Tally(), {}
     fraud_cards: set[str] = set()
     frozen_cards: set[str] = set()
     # only rows that were acted on or are fraud count anywhere
-    for i in sorted(frozen_rows | alerted_rows | fraud_rows):
+    for i in sorted(frozen_rows | alerted_rows | reviewed_rows | fraud_rows):
         card_id, amount = rows.card_id[i], rows.amount_minor[i]
         frozen, alerted, fraud = i in frozen_rows, i in alerted_rows, i in fraud_rows
         day = days.get(d := day_of(rows.ts_ms[i]))
@@ -134,6 +137,7 @@ def evaluate(name: str, thresholds: Thresholds, actions: list[Action], rows: Row
         for tally in (total, day):
             tally.freezes += frozen
             tally.alerts += alerted
+            tally.reviews += i in reviewed_rows
             if fraud:
                 tally.fraud += 1
                 tally.fraud_amount += amount

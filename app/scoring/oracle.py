@@ -24,6 +24,9 @@ from app.actions.explanation import Contribution
 from app.features.declaration import FEATURE_NAMES
 from app.features.merchant import MerchantTable
 from app.features.offline import OfflineResult, compute_features
+from app.rules.language import TXN_FIELDS, Columns
+from app.rules.ruleset import EMPTY as NO_RULES
+from app.rules.ruleset import RuleSet, listed
 from app.scoring.explain import explainer_for
 from app.scoring.lists import EMPTY, ListEntry, Lists
 from app.scoring.policy import BOUNDARY_EPS, Thresholds, build_actions, decide
@@ -100,29 +103,54 @@ def run_oracle(
     lists: Lists = EMPTY,
     extra: tuple[str, ...] = (),
     merchants: MerchantTable | None = None,
+    rules: RuleSet = NO_RULES,
 ) -> OracleRun:
-    """Features → scores → policy and allow/block `lists` over a log (raw messages or a log
-    file), in log order; with `explain`, each action carries its explanation, computed as the
-    worker computes it. `extra` transaction fields are kept in the offline table; `merchants`:
-    the label log's merchant features (None: as without any label)."""
+    """Features → scores → allow/block `lists`, `rules` and policy over a log (raw messages or
+    a log file), in log order; with `explain`, each action carries its explanation, computed as
+    the worker computes it. `extra` transaction fields are kept in the offline table;
+    `merchants`: the label log's merchant features (None: as without any label)."""
     loaded = model if isinstance(model, LoadedModel) else model.load(version)
     policy = loaded.thresholds if thresholds is None else thresholds
     if lists.entries and "merchant_id" not in extra:
         extra = (*extra, "merchant_id")
+    extra = (*extra, *sorted((rules.names & TXN_FIELDS.keys()) - {"card_id", "ts_ms", *extra}))
     offline = compute_features(lines, allowed_lateness_ms=allowed_lateness_ms, now_ms=now_ms,
                                max_bytes=max_bytes, progress=progress, extra=extra,
                                merchants=merchants)
     scores = score_table(loaded, offline)
     actions, boundary = decide_rows(loaded, offline, scores, policy, lists=lists,
-                                    explain=explain)
+                                    explain=explain, rules=rules)
     return OracleRun(actions, loaded.version, policy, offline, scores, boundary)
 
 
+def rule_columns(offline: OfflineResult, scores: np.ndarray,
+                 entries: dict[int, ListEntry]) -> Columns:
+    """The offline table as the rules read it (the worker's batch, all rows at once)."""
+    table = offline.table
+    n = table.num_rows
+
+    def get(name: str) -> np.ndarray:
+        if name == "score":
+            return scores.astype(np.float64)
+        if name == "hour":
+            return ((table.column("ts_ms").to_numpy() // 3_600_000) % 24).astype(np.float64)
+        column = table.column(name)
+        if TXN_FIELDS.get(name) == "string":
+            return np.array(column.to_pylist(), dtype=object)
+        if name in TXN_FIELDS:  # as the log reader typed it (mcc is read as text)
+            return np.array(column.to_pylist(), dtype=np.float64)
+        return column.to_numpy().astype(np.float64)
+
+    full = [entries.get(i) for i in range(n)] if entries else None
+    return Columns(n, get, listed(full, n))
+
+
 def decide_rows(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
-                policy: Thresholds, *, lists: Lists = EMPTY, explain: bool = True
-                ) -> tuple[list[Action], frozenset[str]]:
-    """The actions of scored rows under `policy` and `lists` (as the worker builds them), and
-    the txn_ids of boundary decisions. Lists need the table's merchant_id column."""
+                policy: Thresholds, *, lists: Lists = EMPTY, explain: bool = True,
+                rules: RuleSet = NO_RULES) -> tuple[list[Action], frozenset[str]]:
+    """The actions of scored rows under `lists`, `rules` and `policy` (as the worker builds
+    them), and the txn_ids of boundary decisions. Lists need the table's merchant_id column,
+    rules the transaction fields they read."""
     table = offline.table
     actions: list[Action] = []
     # Only rows the policy acts on (score >= alert) or a list names can yield an action: the
@@ -138,26 +166,34 @@ def decide_rows(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
             if entry is not None:
                 entries[i] = entry
                 picked[i] = True
+    deciding = (rules.evaluate_columns(rule_columns(offline, wide, entries)).deciding
+                if rules.rules else np.full(len(wide), -1, dtype=np.int64))
+    picked |= deciding >= 0
     near = (np.abs(wide - policy.freeze) <= BOUNDARY_EPS) | (
         np.abs(wide - policy.alert) <= BOUNDARY_EPS)
     boundary = frozenset(table.column("txn_id").take(np.flatnonzero(near)).to_pylist())
     rows = np.flatnonzero(picked)
     ids, cards, times = (table.column(n).take(rows).to_pylist()
                          for n in ("txn_id", "card_id", "ts_ms"))
-    explanations = _explanations(model, offline, scores, policy) if explain else {}
+    explanations = (_explanations(model, offline, scores, policy, deciding) if explain
+                    else {})
     for i, txn_id, card_id, ts_ms, score in zip(rows.tolist(), ids, cards, times,
                                                 wide[rows].tolist(), strict=True):
+        by_rule = rules.rules[deciding[i]] if deciding[i] >= 0 else None
         actions.extend(build_actions(_Txn(txn_id, card_id, ts_ms), score, model.version, ts_ms,
                                      thresholds=policy, explanation=explanations.get(i),
-                                     entry=entries.get(i)))
+                                     entry=entries.get(i), deciding=by_rule))
     return actions, boundary
 
 
 def _explanations(model: LoadedModel, offline: OfflineResult, scores: np.ndarray,
-                  policy: Thresholds) -> dict[int, tuple[Contribution, ...]]:
-    """The explanation of every row that produces an action (by row index)."""
+                  policy: Thresholds, deciding: np.ndarray
+                  ) -> dict[int, tuple[Contribution, ...]]:
+    """The explanation of every row that produces an action (by row index): the worker's
+    rows (the model decides, or an active rule does)."""
     explainer = explainer_for(model)
-    rows = [i for i, score in enumerate(scores.tolist()) if decide(score, policy)]
+    rows = [i for i, score in enumerate(scores.tolist()) if decide(score, policy)
+            or deciding[i] >= 0]
     if explainer is None or not rows:
         return {}
     picked = offline.table.take(rows)

@@ -34,12 +34,13 @@ KAFKA_ADMIN_USER: Final = "admin"
 #: Exactly what the action service sends: the apply script (EVALSHA, SCRIPT LOAD on NOSCRIPT,
 #: and the commands it calls), WAIT behind it when replicas must acknowledge, the reads (GET of
 #: a key's claim, MULTI/EXEC pipelines), PING for /readyz, and the label outbox's forwarder
-#: (consumer groups on `labels:*`).
+#: (consumer groups on `labels:*`), and the review queue (its streams and sorted sets).
 SERVICE_REDIS_COMMANDS: Final = (
     "ping", "evalsha", "eval", "script|load", "multi", "exec",
     "hgetall", "pttl", "lrange", "wait", "get", "set",
     "time", "type", "hmget", "hget", "hset", "hincrby", "xadd", "rpush", "ltrim", "pexpire",
     "xgroup|create", "xreadgroup", "xack", "xdel", "xautoclaim",
+    "xrange", "zadd", "zrem", "zrange", "zcard",
 )
 #: Key patterns of every key the service writes (from the key layout: shard-tagged names).
 SERVICE_REDIS_KEYS: Final = KEY_PATTERNS

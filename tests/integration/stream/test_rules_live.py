@@ -1,0 +1,229 @@
+"""Rules and the review queue on the real stack: written through the action service (422 naming
+the rule and the position, 403 for a read-only token, nothing written on a refusal), carried to
+the worker by the control topic without a restart, deciding freeze / review / allow with
+`decided_by` rule and `<id>@<version>` exactly as the offline oracle and `fraudstream backtest
+--active-rules` decide with the same rules; a log_only rule acts on nothing and counts its hits;
+a review closed as fraud or legitimate writes exactly one label and the card follows."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+import redis
+
+from app.action_service.redis_keys import LABEL_STREAMS
+from app.features.merchant import MerchantTable
+from app.kafka import topics
+from app.rules.rule import Rule
+from app.rules.ruleset import RuleSet
+from app.scoring.oracle import rule_columns, run_oracle
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
+from tests.support.pipeline import (
+    label_records,
+    lines_of,
+    make_log,
+    read,
+    replay,
+    require_compiled_fold,
+    send_label_records,
+    wait_dispatched,
+    wait_drained,
+    with_own_service,
+)
+from tests.support.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+
+pytestmark = pytest.mark.integration
+
+WRITE, READ = "tok-analyst", "tok-viewer"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _call(settings: Settings, method: str, path: str, *, token: str = WRITE,
+          body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        f"{settings.action_service_url}{path}", data=data, method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                 **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _metric(port: int, pattern: str) -> dict[str, float]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    return {m[1]: float(m[2]) for m in re.finditer(pattern, text, re.M)}
+
+
+def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Settings,
+                                                            tmp_path: Path) -> None:
+    require_compiled_fold()
+    settings = with_own_service(fresh_settings, redis_db=13).replace(
+        action_token=f"alice:{WRITE}", action_read_token=f"viewer:{READ}")
+    log = make_log(cards=300, txns=6000, seed=37)
+    lines = lines_of(log)
+    now_ms = time.time_ns() // 1_000_000
+    registry = ModelRegistry(settings.model_dir, device="cpu")
+    records = label_records(log)  # on the labels topic before the worker starts
+    merchants = MerchantTable.of(records)
+    plain = run_oracle(lines, registry, version=settings.model_version, explain=False,
+                       allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms,
+                       extra=("merchant_id", "amount_minor"), merchants=merchants)
+    table = plain.offline.table
+    amounts = table.column("amount_minor").to_numpy()
+    big = int(np.quantile(amounts, 0.99))
+    scores = np.asarray(plain.scores, dtype=np.float64)
+    alert = plain.thresholds.alert
+    low, high = float(np.quantile(scores[scores < alert], 0.98)), alert  # near misses
+    frozen = [a for a in plain.actions if a.type == "freeze_card"]
+    assert frozen, "the model froze nothing in this log"
+    row = table.column("txn_id").to_pylist().index(frozen[0].txn_id)
+    merchant = table.column("merchant_id")[row].as_py()
+
+    send_label_records(settings, records)
+    service = spawn_action_service(settings, tmp_path)
+    worker = spawn_worker(settings, tmp_path)
+    try:
+        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
+                   what="the action service")
+        bad = {"id": "typo", "expression": "amount_minor > 10 and merchant_fraud_shar_7d > 0.2",
+               "action": "freeze_card", "owner": "risk", "reason": "test"}
+        status, body = _call(settings, "POST", "/v1/rules", body=bad)
+        assert (status, body["rule"], body["field"], body["position"]) == (
+            422, "typo", "expression", {"line": 1, "column": 23})
+        status, body = _call(settings, "POST", "/v1/rules", token=READ,
+                             body={**bad, "expression": "True"})
+        assert (status, body["field"]) == (403, "Authorization")
+        assert _call(settings, "GET", "/v1/rules", token=READ) == (200, {"rules": []})
+
+        written = [
+            {"id": "big", "expression": f"amount_minor > {big * 10}", "action": "freeze_card"},
+            {"id": "near-miss", "expression": f"between(score, {low!r}, {high!r}) and "
+                                              f"score < {high!r}", "action": "review"},
+            {"id": "trusted-merchant", "expression": f"merchant_id == '{merchant}'",
+             "action": "allow", "order": 1},
+            {"id": "busy", "expression": "count_1h >= 2", "action": "alert_customer",
+             "mode": "log_only"},
+        ]
+        for r in written:
+            status, body = _call(settings, "POST", "/v1/rules",
+                                 body={"owner": "risk", "reason": "test", **r})
+            assert status == 201 and (body["version"], body["author"]) == (1, "alice"), body
+        status, body = _call(settings, "PATCH", "/v1/rules/big",
+                             body={"expression": f"amount_minor > {big}"})
+        assert status == 200 and body["version"] == 2
+        assert _call(settings, "POST", "/v1/rules", body={**written[0], "owner": "o",
+                                                            "reason": "r"})[0] == 409
+        status, history = _call(settings, "GET", "/v1/rules/big", token=READ)
+        assert [v["version"] for v in history["history"]] == [1, 2]
+        status, listed = _call(settings, "GET", "/v1/rules", token=READ)
+        rules = RuleSet.of(Rule.from_json(orjson.dumps({k: v for k, v in r.items()}))
+                           for r in listed["rules"])
+        assert [r.name for r in rules.rules] == ["trusted-merchant@1", "big@2", "near-miss@1",
+                                                 "busy@1"]
+
+        wait_until(lambda: _metric(worker.port, r'^fraudstream_rules\{mode="(\w+)"\} (\S+)$')
+                   == {"active": 3.0, "log_only": 1.0}, timeout_s=120,
+                   what="the worker to read the rules")
+        sent = replay(settings, lines)
+        wait_drained(settings, [worker], expected=sent)
+        wait_dispatched(settings)
+
+        live = {}
+        for record in read(settings, topics.ACTIONS):
+            action = orjson.loads(record.value)
+            live[action["idempotency_key"]] = action
+        oracle = run_oracle(lines, registry, version=settings.model_version, explain=False,
+                            allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms,
+                            rules=rules, merchants=merchants)
+        expected = {a.idempotency_key: a for a in oracle.actions}
+        assert set(live) == set(expected)
+        assert all((live[k]["type"], live[k]["decided_by"], live[k].get("rule"))
+                   == (a.type, a.decided_by, a.rule) for k, a in expected.items())
+        by_rule: dict[str | None, set[str]] = {}
+        for a in live.values():
+            by_rule.setdefault(a.get("rule"), set()).add(a["type"])
+        assert by_rule.get("big@2") == {"freeze_card", "alert_customer"}
+        assert by_rule.get("near-miss@1") == {"review"}
+        assert "big@1" not in by_rule and "busy@1" not in by_rule  # replaced; log_only
+        # the allowed merchant's transactions decided nothing (the allow rule comes first)
+        merchants = dict(zip(table.column("txn_id").to_pylist(),
+                             table.column("merchant_id").to_pylist(), strict=True))
+        assert not any(merchants.get(a["txn_id"]) == merchant for a in live.values())
+        # the log_only rule counted every row it holds for (the log has no redelivery)
+        holds = rules.compiled[3].mask(rule_columns(oracle.offline, np.asarray(
+            oracle.scores, dtype=np.float64), {}))
+        hits = _metric(worker.port, r'^fraudstream_rule_hits_total\{mode="log_only",'
+                       r'rule="(busy)",version="1"\} (\S+)$')
+        assert hits.get("busy") == int(holds.sum()) > 0
+
+        # the backtest under the same rules reproduces the live actions
+        log_path, rules_path = tmp_path / "log.jsonl", tmp_path / "rules.jsonl"
+        log_path.write_bytes(b"\n".join(lines) + b"\n")
+        labels_path = tmp_path / "labels.jsonl"
+        labels_path.write_bytes(b"".join(log.label_chunks()))
+        rules_path.write_bytes(b"\n".join(orjson.dumps(r) for r in listed["rules"]) + b"\n")
+        out = tmp_path / "actions.jsonl"
+        subprocess.run([sys.executable, "-m", "app.cli.main", "backtest", "--events",
+                        str(log_path), "--labels", str(labels_path), "--active-rules",
+                        str(rules_path), "--now-ms", str(now_ms), "--out-actions", str(out)],
+                       check=True, cwd=ROOT, capture_output=True, timeout=300)
+        offline = {json.loads(x)["idempotency_key"]: json.loads(x)
+                   for x in out.read_text().splitlines()}
+        assert {k: (a["type"], a.get("rule")) for k, a in offline.items()} == {
+            k: (a["type"], a.get("rule")) for k, a in live.items()}
+
+        # the review queue: one review per review action, oldest first
+        reviews = [a for a in live.values() if a["type"] == "review"]
+        status, queue = _call(settings, "GET", "/v1/reviews?status=open&limit=1000", token=READ)
+        assert status == 200 and queue["open"] == len(reviews) == len(queue["reviews"])
+        assert [r["queued_at_ms"] for r in queue["reviews"]] == sorted(
+            r["queued_at_ms"] for r in queue["reviews"])
+        first, second = queue["reviews"][0], queue["reviews"][1]
+        assert first["rule"] == "near-miss@1" and first["status"] == "open"
+        close = f"/v1/reviews/{first['id']}/close"
+        status, closed = _call(settings, "POST", close, body={"outcome": "fraud",
+                                                             "reason": "confirmed by phone"},
+                               headers={"Idempotency-Key": "case-1"})
+        assert status == 201 and closed["card"] in ("frozen", "already_frozen"), closed
+        again = _call(settings, "POST", close, body={"outcome": "fraud",
+                                                     "reason": "confirmed by phone"},
+                      headers={"Idempotency-Key": "case-1"})
+        assert again == (200, closed)
+        other = _call(settings, "POST", close, body={"outcome": "legitimate"},
+                      headers={"Idempotency-Key": "case-2"})
+        assert other[0] == 409 and other[1]["close"]["idempotency_key"] == "case-1"
+        status, card = _call(settings, "GET", f"/v1/cards/{first['card_id']}", token=READ)
+        assert card["status"] == "frozen"
+        status, closed2 = _call(settings, "POST", f"/v1/reviews/{second['id']}/close",
+                                body={"outcome": "legitimate"},
+                                headers={"Idempotency-Key": "case-3"})
+        assert status == 201 and closed2["outcome"] == "legitimate"
+        status, queue = _call(settings, "GET", "/v1/reviews", token=READ)
+        assert queue["open"] == len(reviews) - 2
+        client = redis.Redis.from_url(settings.effective_redis_url)
+        labels = [fields for stream in LABEL_STREAMS for _, fields in client.xrange(stream)
+                  if fields[b"source"] == b"analyst_review"]
+        assert sorted((f[b"txn_id"].decode(), f[b"label"]) for f in labels) == sorted(
+            [(first["txn_id"], b"1"), (second["txn_id"], b"0")])
+    finally:
+        worker.stop()
+        service.stop()
