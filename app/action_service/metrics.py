@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from app.action_service.collectors import CounterFamily, HistogramFamily
@@ -81,6 +81,16 @@ class ServiceMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.reviews_open = Gauge(
+            "action_service_reviews_open",
+            "Open reviews in the review queue (read from Redis at scrape time).",
+            registry=r,
+        )
+        self.review_oldest_age = Gauge(
+            "action_service_review_oldest_age_seconds",
+            "Age of the oldest open review at scrape time (0: the queue is empty).",
+            registry=r,
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def child(self, metric: CounterFamily | HistogramFamily, *labels: str) -> Any:
@@ -107,6 +117,11 @@ class ServiceMetrics:
         """One apply script call of `size` actions took `seconds` (the batcher's observer)."""
         self.apply_batch_size.observe(size)
         self.redis_round_trip.observe(seconds)
+
+    def review_queue(self, depth: int, oldest_ms: int | None, now_ms: int) -> None:
+        """The review queue as read just before a scrape."""
+        self.reviews_open.set(depth)
+        self.review_oldest_age.set(0 if oldest_ms is None else max(0, now_ms - oldest_ms) / 1e3)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

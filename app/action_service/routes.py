@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import logging
 import re
+import time
 from typing import Final
 
 from aiohttp import hdrs, web
@@ -291,7 +292,18 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text exposition of this app's registry."""
+    """Prometheus text exposition of this app's registry (the review queue's depth and age read
+    from Redis first; Redis down: they keep their last values)."""
+    from app.action_service.reviews import ReviewQueue
+
+    service = request.app[METRICS]
+    try:
+        _, depth, oldest = await asyncio.wait_for(
+            ReviewQueue(request.app[STORE]).open_reviews(1),
+            request.app[SETTINGS].action_redis_timeout_s)
+        service.review_queue(depth, oldest, time.time_ns() // 1_000_000)
+    except (RedisError, TimeoutError, OSError) as exc:
+        logger.warning("review queue not read for /metrics: %s", type(exc).__name__)
     return web.Response(
         body=request.app[METRICS].exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )

@@ -4,8 +4,9 @@ An expression is parsed by Python's own parser (`ast`, never `eval`) and accepte
 every node is one of the few below; it is then type-checked against the transaction contract
 and the feature declaration, and compiled once into numpy operations over a batch of rows.
 
-    names      the transaction's fields (amount_minor, mcc, ts_ms: numbers; card_id, merchant_id,
-               currency, country, channel: strings), every declared feature by name (numbers,
+    names      the transaction's fields the offline fold reads too (amount_minor, ts_ms:
+               numbers; card_id, merchant_id, country: strings; not yet currency, mcc and
+               channel: a rule must backtest exactly), every declared feature by name (numbers,
                merchant features included), `score` (the active model's), `hour` (UTC hour of
                day of ts_ms, 0..23)
     literals   integers, decimals, 'strings', True, False
@@ -37,9 +38,8 @@ MAX_EXPRESSION_CHARS: Final = 2_000
 MAX_NODES: Final = 400
 
 TXN_FIELDS: Final[Mapping[str, Type]] = {
-    "amount_minor": "number", "mcc": "number", "ts_ms": "number",
-    "card_id": "string", "merchant_id": "string", "currency": "string", "country": "string",
-    "channel": "string",
+    "amount_minor": "number", "ts_ms": "number",
+    "card_id": "string", "merchant_id": "string", "country": "string",
 }
 #: Every name an expression may read, with its type.
 NAMES: Final[Mapping[str, Type]] = {
@@ -66,15 +66,18 @@ class RuleSyntaxError(ValueError):
 
 
 class Columns:
-    """A batch as the compiled expressions read it: one array per name, built on first use."""
+    """A batch as the compiled expressions read it: one array per name, built on first use;
+    a string column also as integer codes (one dict pass per batch, then every comparison and
+    `in` of every rule is a numeric one)."""
 
-    __slots__ = ("size", "_get", "_cache", "listed")
+    __slots__ = ("size", "_get", "_cache", "_codes", "listed")
 
     def __init__(self, size: int, get: Callable[[str], np.ndarray],
                  listed: Mapping[str, np.ndarray] | None = None) -> None:
         self.size = size
         self._get = get
         self._cache: dict[str, np.ndarray] = {}
+        self._codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
         #: per list name, a bool array: the row's card or merchant is on it
         self.listed = listed or {}
 
@@ -82,6 +85,18 @@ class Columns:
         got = self._cache.get(name)
         if got is None:
             got = self._cache[name] = self._get(name)
+        return got
+
+    def codes(self, name: str) -> tuple[np.ndarray, dict[str, int]]:
+        """A string column as codes, and the code of each value present."""
+        got = self._codes.get(name)
+        if got is None:
+            table: dict[str, int] = {}
+            add = table.setdefault
+            values = self[name]
+            codes = np.fromiter((add(x, len(table)) for x in values), dtype=np.int64,
+                                count=len(values))
+            got = self._codes[name] = (codes, table)
         return got
 
 
@@ -99,6 +114,8 @@ class Expression:
     def mask(self, cols: Columns) -> np.ndarray:
         """The rows it holds for, as a bool array of the batch's size."""
         got = self.evaluate(cols)
+        if isinstance(got, np.ndarray) and got.dtype == np.bool_ and got.shape == (cols.size,):
+            return got
         return np.broadcast_to(np.asarray(got, dtype=bool), (cols.size,))
 
 
@@ -200,7 +217,8 @@ class _Checker:
         left_kind, left = self.visit(left_node)
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             if isinstance(op, ast.In | ast.NotIn):
-                steps.append(self._membership(left_kind, left, op, right_node))
+                steps.append(self._membership(left_kind, left, op, right_node,
+                                              _name_of(left_node)))
                 left_kind, left = "boolean", _const(True)  # `a in (..) < b` is refused below
                 if len(node.ops) > 1:
                     raise _error(node, "`in` does not chain with other comparisons")
@@ -213,8 +231,12 @@ class _Checker:
                 raise _error(right_node, f"cannot compare a {left_kind} with a {right_kind}")
             if left_kind != "number" and not isinstance(op, ast.Eq | ast.NotEq):
                 raise _error(right_node, f"a {left_kind} compares only with == or !=")
-            steps.append(_compare(fn, left, right))
-            left_kind, left = right_kind, right
+            if left_kind == "string":
+                steps.append(_string_equal(left, right, _name_of(left_node),
+                                           _name_of(right_node), isinstance(op, ast.NotEq)))
+            else:
+                steps.append(_compare(fn, left, right))
+            left_kind, left, left_node = right_kind, right, right_node
 
         def run(cols: Columns) -> Any:
             acc = steps[0](cols)
@@ -224,7 +246,7 @@ class _Checker:
         return "boolean", run
 
     def _membership(self, kind: Type, left: Compiled, op: ast.cmpop,
-                    right: ast.AST) -> Compiled:
+                    right: ast.AST, left_name: str | None = None) -> Compiled:
         if not isinstance(right, ast.Tuple | ast.List | ast.Set) or not right.elts:
             raise _error(right, "`in` takes a non-empty (tuple, of, literals)")
         values = []
@@ -235,8 +257,21 @@ class _Checker:
             if elt_kind != kind:
                 raise _error(elt, f"a {elt_kind} in a list compared with a {kind}")
             values.append(fn(None))  # type: ignore[arg-type]
-        choices = np.array(values, dtype=object if kind == "string" else None)
         negate = isinstance(op, ast.NotIn)
+        if kind == "string":
+            name = left_name
+            members = frozenset(values)
+            if name is None:  # a literal on the left
+                return lambda cols: (left(cols) in members) != negate
+
+            def strings(cols: Columns) -> Any:
+                codes, table = cols.codes(name)
+                wanted = [table[v] for v in members if v in table]
+                found = (np.isin(codes, wanted) if wanted
+                         else np.zeros(cols.size, dtype=bool))
+                return np.logical_not(found) if negate else found
+            return strings
+        choices = np.array(values)
 
         def run(cols: Columns) -> Any:
             found = np.isin(left(cols), choices)
@@ -283,3 +318,25 @@ class _Checker:
 
 def _compare(fn: Callable[[Any, Any], Any], left: Compiled, right: Compiled) -> Compiled:
     return lambda cols: fn(left(cols), right(cols))
+
+
+def _name_of(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _string_equal(left: Compiled, right: Compiled, left_name: str | None,
+                  right_name: str | None, negate: bool) -> Compiled:
+    """== / != of strings: a column against a literal through the column's codes."""
+    if left_name is not None and right_name is None:
+        name, literal = left_name, right
+    elif right_name is not None and left_name is None:
+        name, literal = right_name, left
+    else:  # two columns, or two literals: elementwise
+        op = np.not_equal if negate else np.equal
+        return lambda cols: op(left(cols), right(cols))
+
+    def run(cols: Columns) -> Any:
+        codes, table = cols.codes(name)
+        code = table.get(literal(cols), -1)
+        return codes != code if negate else codes == code
+    return run

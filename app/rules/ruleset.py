@@ -49,6 +49,8 @@ class RuleSet:
     current: Mapping[str, Rule] = field(default_factory=lambda: MappingProxyType({}))
     rules: tuple[Rule, ...] = ()
     compiled: tuple[Expression, ...] = ()
+    #: indices (into `rules`) of the active ones
+    active_index: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, versions: Iterable[Rule]) -> RuleSet:
@@ -61,7 +63,8 @@ class RuleSet:
                 current[r.id] = r
         live = sorted((r for r in current.values() if r.mode != "disabled"),
                       key=lambda r: (r.order, r.id))
-        return cls(MappingProxyType(current), tuple(live), tuple(r.compiled() for r in live))
+        return cls(MappingProxyType(current), tuple(live), tuple(r.compiled() for r in live),
+                   tuple(i for i, r in enumerate(live) if r.mode == "active"))
 
     def with_version(self, rule: Rule) -> RuleSet:
         """This set with `rule` applied (ignored when not newer than the id's current)."""
@@ -92,17 +95,18 @@ class RuleSet:
 
     def evaluate_columns(self, cols: Columns) -> Evaluation:
         """The rules over a batch given as columns (the offline table's, or a batch's)."""
-        deciding = np.full(cols.size, -1, dtype=np.int64)
-        hits = []
-        open_rows = np.ones(cols.size, dtype=bool)
-        for i, (r, expr) in enumerate(zip(self.rules, self.compiled, strict=True)):
-            mask = expr.mask(cols)
-            hits.append(int(np.count_nonzero(mask)))
-            if r.mode == "active":
-                take = mask & open_rows
-                deciding[take] = i
-                open_rows &= ~take
-        return Evaluation(deciding, tuple(hits))
+        masks = np.empty((len(self.rules), cols.size), dtype=bool)
+        for i, expr in enumerate(self.compiled):
+            masks[i] = expr.mask(cols)
+        hits = tuple(masks.sum(axis=1).tolist())
+        if not self.active_index:
+            return Evaluation(np.full(cols.size, -1, dtype=np.int64), hits)
+        index = np.asarray(self.active_index, dtype=np.int64)
+        active = masks if len(index) == len(self.rules) else masks[index]
+        # the first active rule that holds: argmax finds each column's first True
+        first = active.argmax(axis=0)
+        held = active[first, np.arange(cols.size)]
+        return Evaluation(np.where(held, index[first], -1).astype(np.int64), hits)
 
 
 def _getter(rows: Sequence[Row], scores: np.ndarray) -> Callable[[str], np.ndarray]:

@@ -125,6 +125,9 @@ class Frame:
     drift: DriftView | None = None
     problems: list[str] = field(default_factory=list)
     quality: QualityRow | None = None
+    reviews_open: int | None = None  # the review queue (None: the service did not say)
+    review_oldest_s: float | None = None
+    rule_hits: dict[str, float] = field(default_factory=dict)  # by rule id, all versions
 
     @property
     def lag_messages(self) -> int:
@@ -195,6 +198,12 @@ def build_frame(now: Reading, before: Reading | None, *, group: str,
         drift=drift_view(now.workers, min_events=drift_min_events,
                          watch=drift_thresholds[0], alert=drift_thresholds[1]),
         problems=problems, quality=quality_of(now.quality) if now.quality_up else None,
+        reviews_open=(int(now.service.total("action_service_reviews_open"))
+                      if now.service.has("action_service_reviews_open") else None),
+        review_oldest_s=(now.service.total("action_service_review_oldest_age_seconds")
+                         if now.service.has("action_service_review_oldest_age_seconds")
+                         else None),
+        rule_hits=now.workers.by_label("fraudstream_rule_hits_total", "rule"),
     )
 
 

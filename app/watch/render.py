@@ -103,6 +103,12 @@ def render(frame: Frame, *, title: str) -> RenderableType:
                     f"{frame.late:,} · effects applied {frame.effects:,} · replays absorbed "
                     f"{frame.replays_absorbed:,}{service}")
 
+    if frame.reviews_open is not None:
+        age = "" if not frame.reviews_open else f", oldest {frame.review_oldest_s or 0:,.0f} s"
+        hits = ", ".join(f"{rule} {n:,.0f}" for rule, n in sorted(frame.rule_hits.items()))
+        outcomes.append(f"\nreviews open {frame.reviews_open:,}{age} · rule hits: "
+                        f"{hits or 'none'}")
+
     body = Table.grid(padding=(0, 3))
     body.add_row(parts, hops)
     problems = [Text(f"! {p}", style="yellow") for p in frame.problems]

@@ -148,9 +148,12 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
         wait_dispatched(settings)
 
         live = {}
+        first_freeze: dict[str, dict[str, Any]] = {}  # per card, in the order it was applied
         for record in read(settings, topics.ACTIONS):
             action = orjson.loads(record.value)
             live[action["idempotency_key"]] = action
+            if action["type"] == "freeze_card":
+                first_freeze.setdefault(action["card_id"], action)
         oracle = run_oracle(lines, registry, version=settings.model_version, explain=False,
                             allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms,
                             rules=rules, merchants=merchants)
@@ -164,6 +167,11 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
         assert by_rule.get("big@2") == {"freeze_card", "alert_customer"}
         assert by_rule.get("near-miss@1") == {"review"}
         assert "big@1" not in by_rule and "busy@1" not in by_rule  # replaced; log_only
+        # the card a rule froze says which rule version did
+        card_id = next(c for c, a in first_freeze.items() if a.get("rule") == "big@2")
+        status, card = _call(settings, "GET", f"/v1/cards/{card_id}", token=READ)
+        assert (card["status"], card["decided_by"], card["rule"]) == ("frozen", "rule", "big@2")
+        assert card["history"][0]["by"] == "rule big@2"
         # the allowed merchant's transactions decided nothing (the allow rule comes first)
         merchants = dict(zip(table.column("txn_id").to_pylist(),
                              table.column("merchant_id").to_pylist(), strict=True))

@@ -118,3 +118,17 @@ def test_the_latency_budget_is_shown_over_the_last_minute_of_readings() -> None:
     console.print(render(frame, title="t"))
     text = console.export_text()
     assert "of 50 ms, 90.00% of 9,000 events within (last 60 s)" in text
+
+
+def test_the_review_queue_and_rule_hits_are_shown() -> None:
+    m = ServiceMetrics()
+    m.review_queue(3, 1_000_000, 1_090_500)
+    rules = ('fraudstream_rule_hits_total{mode="active",rule="big",version="2"} 7.0\n'
+             'fraudstream_rule_hits_total{mode="active",rule="big",version="1"} 2.0\n')
+    frame = build_frame(_reading(10.0, [WORKER_TEXT + rules], m.exposition().decode(), {}),
+                        None, group="g")
+    assert (frame.reviews_open, frame.review_oldest_s) == (3, 90.5)
+    assert frame.rule_hits == {"big": 9.0}
+    console = Console(width=160, record=True)
+    console.print(render(frame, title="t"))
+    assert "reviews open 3, oldest 90 s · rule hits: big 9" in console.export_text()
