@@ -93,6 +93,7 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
     from app.datagen.generator import generate_log
     from app.kafka.inspect import read_topic, topic_sizes
     from app.kafka.topics import ensure_topics
+    from app.transactions.labelfile import send_labels
     from app.transactions.producer import replay_messages
 
     asyncio.run(ensure_topics(settings))
@@ -107,6 +108,14 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
     counts = log.counts
     console.print(f"generated {counts.transactions:,} transactions ({counts.fraud:,} fraud) + "
                   f"{counts.malformed:,} malformed + {counts.redelivered:,} redelivered",
+                  highlight=False)
+
+    # the labels first, as a deployment has its label history: the merchant features of each
+    # transaction count only the labels reported before it (docs/features.md)
+    labels_path = workdir / "labels.jsonl"
+    labels_path.write_bytes(b"".join(log.label_chunks()))
+    imported = asyncio.run(send_labels(settings, labels_path, source="demo"))
+    console.print(f"sent {imported.sent:,} labels (each known from its reported time on)",
                   highlight=False)
 
     web_port = _free_port()

@@ -39,11 +39,11 @@ TESTING_ONLINE_SHARE: Final = 0.85
 TAKEOVER_RUN: Final = (3, 12)
 TAKEOVER_SPAN_MS: Final = (10 * MINUTE_MS, 3 * HOUR_MS)
 TAKEOVER_ONLINE_SHARE: Final = 0.6
-#: Compromised merchant: for 10..24 days (cut to the log), 2..8 new victims a day, each charged
+#: Compromised merchant: for 10..24 days (cut to the log), 1..3 new victims a day, each charged
 #: 1..3 times within minutes. It outlasts the 7-day label delay, so the label-fed merchant
 #: features see its first week's frauds during the weeks after (docs/features.md).
 COMPROMISED_DAYS: Final = (10, 24)
-COMPROMISED_DAILY_VICTIMS: Final = (2, 8)
+COMPROMISED_DAILY_VICTIMS: Final = (1, 3)
 COMPROMISED_CHARGES_P: Final = np.array([0.3, 0.4, 0.3])
 COMPROMISED_GAP_MS: Final = (MINUTE_MS, 10 * MINUTE_MS)
 _TAIL_MS: Final = 30 * MINUTE_MS  # room for a victim's later charges before the log ends

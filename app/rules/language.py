@@ -138,6 +138,15 @@ def parse(text: str) -> Expression:
     return Expression(text.strip(), frozenset(checker.names), fn)
 
 
+def compile_node(node: ast.AST) -> Expression:
+    """A boolean sub-expression of a checked rule, compiled on its own (app.rules.plan)."""
+    checker = _Checker()
+    kind, fn = checker.visit(node)
+    if kind != "boolean":
+        raise _error(node, f"expected true or false, got a {kind}")
+    return Expression(ast.unparse(node), frozenset(checker.names), fn)
+
+
 def _error(node: ast.AST, message: str) -> RuleSyntaxError:
     return RuleSyntaxError(message, getattr(node, "lineno", 1),
                            getattr(node, "col_offset", 0) + 1)
@@ -164,7 +173,7 @@ class _Checker:
         if isinstance(v, bool):
             return "boolean", _const(v)
         if isinstance(v, int | float) and np.isfinite(v):
-            return "number", _const(float(v))
+            return "number", _const(np.float64(v))  # numpy's scalar: no conversion per call
         if isinstance(v, str):
             return "string", _const(v)
         raise _error(node, f"literal {v!r} is not a number, a string or a boolean")
@@ -266,15 +275,14 @@ class _Checker:
 
             def strings(cols: Columns) -> Any:
                 codes, table = cols.codes(name)
-                wanted = [table[v] for v in members if v in table]
-                found = (np.isin(codes, wanted) if wanted
-                         else np.zeros(cols.size, dtype=bool))
+                found = _any_equal(codes, [table[v] for v in members if v in table], cols.size)
                 return np.logical_not(found) if negate else found
             return strings
-        choices = np.array(values)
+        choices = [np.float64(v) for v in values]
 
         def run(cols: Columns) -> Any:
-            found = np.isin(left(cols), choices)
+            column = left(cols)
+            found = _any_equal(np.asarray(column), choices, cols.size)
             return np.logical_not(found) if negate else found
         return run
 
@@ -340,3 +348,16 @@ def _string_equal(left: Compiled, right: Compiled, left_name: str | None,
         code = table.get(literal(cols), -1)
         return codes != code if negate else codes == code
     return run
+
+
+def _any_equal(column: np.ndarray, wanted: list[Any], size: int) -> np.ndarray:
+    """column ∈ wanted, as a bool array: == per value for a few (np.isin sorts, and costs tens
+    of µs on a batch), np.isin for many."""
+    if not wanted:
+        return np.zeros(size, dtype=bool)
+    if len(wanted) > 8:
+        return np.broadcast_to(np.isin(column, wanted), (size,))
+    found = column == wanted[0]
+    for v in wanted[1:]:
+        found = found | (column == v)
+    return np.broadcast_to(found, (size,))

@@ -18,6 +18,7 @@ import numpy as np
 
 from app.features.declaration import FEATURE_NAMES
 from app.rules.language import TXN_FIELDS, Columns, Expression
+from app.rules.plan import Plan
 from app.rules.rule import Rule
 from app.scoring.lists import ListEntry
 
@@ -51,6 +52,7 @@ class RuleSet:
     compiled: tuple[Expression, ...] = ()
     #: indices (into `rules`) of the active ones
     active_index: tuple[int, ...] = ()
+    plan: Plan | None = None
 
     @classmethod
     def of(cls, versions: Iterable[Rule]) -> RuleSet:
@@ -63,8 +65,10 @@ class RuleSet:
                 current[r.id] = r
         live = sorted((r for r in current.values() if r.mode != "disabled"),
                       key=lambda r: (r.order, r.id))
-        return cls(MappingProxyType(current), tuple(live), tuple(r.compiled() for r in live),
-                   tuple(i for i, r in enumerate(live) if r.mode == "active"))
+        compiled = tuple(r.compiled() for r in live)
+        return cls(MappingProxyType(current), tuple(live), compiled,
+                   tuple(i for i, r in enumerate(live) if r.mode == "active"),
+                   Plan(compiled) if compiled else None)
 
     def with_version(self, rule: Rule) -> RuleSet:
         """This set with `rule` applied (ignored when not newer than the id's current)."""
@@ -95,9 +99,9 @@ class RuleSet:
 
     def evaluate_columns(self, cols: Columns) -> Evaluation:
         """The rules over a batch given as columns (the offline table's, or a batch's)."""
-        masks = np.empty((len(self.rules), cols.size), dtype=bool)
-        for i, expr in enumerate(self.compiled):
-            masks[i] = expr.mask(cols)
+        if self.plan is None:
+            return Evaluation(np.full(cols.size, -1, dtype=np.int64), ())
+        masks = self.plan.masks(cols)
         hits = tuple(masks.sum(axis=1).tolist())
         if not self.active_index:
             return Evaluation(np.full(cols.size, -1, dtype=np.int64), hits)

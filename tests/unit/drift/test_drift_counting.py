@@ -129,3 +129,12 @@ def test_monitor_bins_every_value_as_the_reference_bins_do() -> None:
     for j, (name, bins) in enumerate(ref.series):
         column = matrix[:, j] if j < matrix.shape[1] else scores
         assert counts[name] == np.bincount(bins.index(column), minlength=bins.size).tolist()
+
+
+def test_psi_equals_hand_computed_values() -> None:
+    # [1, 1] against [3, 1], smoothing 0.5: expected shares (0.5, 0.5), actual (0.7, 0.3);
+    # 0.2 * ln(0.7 / 0.5) + (-0.2) * ln(0.3 / 0.5) = 0.0672944... + 0.1021651... = 0.1694596
+    assert psi([1, 1], [3, 1]) == pytest.approx(0.16945957, abs=1e-8)
+    # [10, 0, 30] against [0, 20, 20]: shares (10.5, 0.5, 30.5) / 41.5 and (0.5, 20.5, 20.5) /
+    # 41.5; terms 0.7336140 + 1.7896718 + 0.0957427 = 2.6190285
+    assert psi([10, 0, 30], [0, 20, 20]) == pytest.approx(2.6190285, abs=1e-6)
