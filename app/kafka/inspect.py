@@ -174,3 +174,23 @@ async def _committed_offsets(admin: object, group: str, timeout_s: float = 30.0)
             if loop.time() > deadline:
                 raise
             await asyncio.sleep(0.5)  # poll with a deadline
+
+
+async def open_transaction_partitions(settings: Settings, topic: str) -> dict[int, int]:
+    """Per partition of `topic` whose high watermark is above its last stable offset (an open
+    transaction has written records there): HW − LSO. Empty: nothing open."""
+    from aiokafka import AIOKafkaConsumer
+
+    ends = {}
+    for level in ("read_uncommitted", "read_committed"):  # HW, then LSO
+        consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), isolation_level=level,
+                                    enable_auto_commit=False)
+        await start_or_close(consumer)
+        try:
+            await consumer._client.force_metadata_update()  # noqa: SLF001 - no public equivalent
+            ends[level] = {tp.partition: o for tp, o in (await _end_offsets(consumer,
+                                                                            topic)).items()}
+        finally:
+            await consumer.stop()
+    hw, lso = ends["read_uncommitted"], ends["read_committed"]
+    return {p: hw[p] - lso.get(p, hw[p]) for p in hw if hw[p] > lso.get(p, hw[p])}

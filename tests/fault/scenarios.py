@@ -131,12 +131,15 @@ def kill_worker_for_good(topo: Topology) -> None:
     _at(topo, 0.3)
     if topo.settings.processing == "exactly_once":
         # its acks are its transactions' commits: work in open transactions instead
+        # ... and only while a transaction of its holds served rows (HW above LSO): the
+        # evidence is then those rows aborted, seen by read_uncommitted readers only
         owned, unfinished = kill_with_reads_uncommitted(
             topo.settings, topo.workers[0], topo.settings.topic(topics.TRANSACTIONS),
-            before_kill=topo.mark_fault)
-        # the evidence: nothing is served twice in exactly_once, but these are redone
+            before_kill=topo.mark_fault,
+            open_in=topo.settings.topic(topics.FEATURES_SERVED))
         topo.extra["victim_partitions"] = owned
         topo.extra["unfinished_at_kill"] = unfinished
+        topo.extra["aborted_rows_required"] = 1
     else:
         _kill_holding_work(topo, topo.workers[0])
 

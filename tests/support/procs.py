@@ -149,14 +149,18 @@ def wait_all_assigned(workers: Sequence[Spawned], topic: str, timeout_s: float =
 
 def kill_with_reads_uncommitted(settings: Settings, victim: Spawned, topic: str, *,
                                 attempts: int = 50,
-                                before_kill: Callable[[], None] | None = None) -> tuple[int, int]:
+                                before_kill: Callable[[], None] | None = None,
+                                open_in: str | None = None) -> tuple[int, int]:
     """exactly_once: SIGKILL `victim` while it has read messages of `topic` that its group's
     committed offsets (moved only by its transactions' commits) are not past yet: work in open
     transactions, which the partitions' next owner must abort and redo. What it has read is
     asked first (its /debug/consumer page), then it is frozen (SIGSTOP: it commits nothing
     more), given 200 ms for an EndTxn already on the wire, and killed only if the broker's
     committed offsets are still at or below a message it had read; else it resumes and the
-    wait goes on. `before_kill` runs just before the SIGKILL. Returns (partitions it owned,
+    wait goes on. With `open_in` (an output topic), it is killed only when that topic also has a
+    partition whose high watermark is above its last stable offset at the freeze: an open
+    transaction holding records, which the next owner must abort (read_committed readers must
+    never see them). `before_kill` runs just before the SIGKILL. Returns (partitions it owned,
     messages read past the commits)."""
     import asyncio
 
@@ -173,6 +177,11 @@ def kill_with_reads_uncommitted(settings: Settings, victim: Spawned, topic: str,
         committed = asyncio.run(committed_offsets(settings, settings.app_id, topic))
         unfinished = sum(max(0, offset + 1 - committed.get(tp, 0))
                          for tp, offset in read.items() if offset is not None)
+        if unfinished and open_in is not None:
+            from app.kafka.inspect import open_transaction_partitions
+
+            if not asyncio.run(open_transaction_partitions(settings, open_in)):
+                unfinished = 0  # read past the commits, but nothing written yet: try again
         if unfinished:
             if before_kill is not None:
                 before_kill()

@@ -24,6 +24,7 @@ from app.settings import Settings
 from tests.support.pipeline import (
     lines_of,
     make_log,
+    produce,
     read,
     replay,
     require_compiled_fold,
@@ -171,3 +172,51 @@ def test_lists_reach_the_worker_and_decide_as_the_oracle_does(fresh_settings: Se
     finally:
         worker.stop()
         service.stop()
+
+
+def test_lists_published_before_the_worker_starts_decide_its_first_batch(
+        fresh_settings: Settings, tmp_path: Path) -> None:
+    """Data already waiting when the worker starts: it reads the lists before its first batch,
+    so a blocked card's first transaction is frozen (a worker that scored before reading them
+    would let it through)."""
+    require_compiled_fold()
+    settings = with_own_service(fresh_settings, redis_db=14).replace(
+        action_token=f"alice:{WRITE}", action_read_token=f"viewer:{READ}")
+    log = make_log(cards=200, txns=3000, seed=41)
+    lines = lines_of(log)
+    now_ms = time.time_ns() // 1_000_000
+    registry = ModelRegistry(settings.model_dir, device="cpu")
+    plain = run_oracle(lines, registry, version=settings.model_version, explain=False,
+                       allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms)
+    table = plain.offline.table
+    acted = {a.card_id for a in plain.actions}
+    cards = table.column("card_id").to_pylist()
+    quiet = next(c for c in cards if c not in acted)
+    first_txn = table.column("txn_id")[cards.index(quiet)].as_py()
+
+    service = spawn_action_service(settings, tmp_path)
+    try:
+        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
+                   what="the action service")
+        # a control topic long enough that reading it takes a while (a worker that scored
+        # before it had read it all would decide the first batches without the block entry)
+        produce(settings, topics.CONTROL, [
+            (e.control_key(), e.to_json()) for e in (
+                ListEntry("allow", "card", f"vip{i}", "payroll", "bob", 1)
+                for i in range(30_000))])
+        status, _ = _call(settings, "PUT", f"/v1/lists/card/{quiet}",
+                          body={"list": "block", "reason": "mule"})
+        assert status == 200
+        sent = replay(settings, lines)  # waiting in Kafka before any worker runs
+        worker = spawn_worker(settings, tmp_path)
+        try:
+            wait_drained(settings, [worker], expected=sent)
+            wait_dispatched(settings)
+        finally:
+            worker.stop()
+    finally:
+        service.stop()
+    frozen = [orjson.loads(r.value) for r in read(settings, topics.ACTIONS)]
+    mine = [a for a in frozen if a["card_id"] == quiet and a["type"] == "freeze_card"]
+    assert first_txn in {a["txn_id"] for a in mine}, "the blocked card's first transaction"
+    assert all(a["decided_by"] == "block_list" for a in mine)

@@ -20,9 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-import redis
 
-from app.action_service.redis_keys import LABEL_STREAMS
 from app.features.merchant import MerchantTable
 from app.kafka import topics
 from app.rules.rule import Rule
@@ -30,6 +28,7 @@ from app.rules.ruleset import RuleSet
 from app.scoring.oracle import rule_columns, run_oracle
 from app.scoring.registry import ModelRegistry
 from app.settings import Settings
+from app.transactions.labels import LabelRecord
 from tests.support.pipeline import (
     label_records,
     lines_of,
@@ -71,6 +70,11 @@ def _metric(port: int, pattern: str) -> dict[str, float]:
     except OSError:
         return {}
     return {m[1]: float(m[2]) for m in re.finditer(pattern, text, re.M)}
+
+
+def _review_labels(settings: Settings) -> list[LabelRecord]:
+    return [x for x in (LabelRecord.from_json(r.value) for r in read(settings, topics.LABELS))
+            if x.source == "analyst_review"]
 
 
 def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Settings,
@@ -227,11 +231,11 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
         assert status == 201 and closed2["outcome"] == "legitimate"
         status, queue = _call(settings, "GET", "/v1/reviews", token=READ)
         assert queue["open"] == len(reviews) - 2
-        client = redis.Redis.from_url(settings.effective_redis_url)
-        labels = [fields for stream in LABEL_STREAMS for _, fields in client.xrange(stream)
-                  if fields[b"source"] == b"analyst_review"]
-        assert sorted((f[b"txn_id"].decode(), f[b"label"]) for f in labels) == sorted(
-            [(first["txn_id"], b"1"), (second["txn_id"], b"0")])
+        # exactly one label per closed review, on the labels topic (the outbox forwarder)
+        wanted = sorted([(first["txn_id"], 1), (second["txn_id"], 0)])
+        wait_until(lambda: len(_review_labels(settings)) >= 2, timeout_s=60,
+                   what="the review labels on the labels topic")
+        assert sorted((x.txn_id, x.label) for x in _review_labels(settings)) == wanted
     finally:
         worker.stop()
         service.stop()
