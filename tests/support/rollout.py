@@ -26,10 +26,12 @@ LOGIT_SHIFT = 1.0
 SCORE_TOLERANCE = 1e-5
 
 
-def add_shifted_version(model_dir: Path, target: Path, version: str) -> str:
+def add_shifted_version(model_dir: Path, target: Path, version: str, *,
+                        thresholds: dict[str, float] | None = None) -> str:
     """Copy the registry at `model_dir` to `target` and add `version`: the default model with
-    its output logit moved by LOGIT_SHIFT (different weights, same features and thresholds): the
-    MLP's last bias, or a tree ensemble's base value. Returns the default (base) version."""
+    its output logit moved by LOGIT_SHIFT (different weights, same features; its card's
+    thresholds, or `thresholds`): the MLP's last bias, or a tree ensemble's base value.
+    Returns the default (base) version."""
     import hashlib
 
     import onnx
@@ -57,6 +59,8 @@ def add_shifted_version(model_dir: Path, target: Path, version: str) -> str:
     data = model.SerializeToString()
     card = dict(registry.card(base).raw)
     card["version"] = version
+    if thresholds is not None:
+        card["thresholds"] = dict(thresholds)
     card["model"] = {**card["model"], "sha256": hashlib.sha256(data).hexdigest(),
                      "bytes": len(data)}
     registry.add(version, data, card)

@@ -16,6 +16,7 @@ from app.kafka import topics
 from app.kafka.shadowrow import iter_shadow_rows
 from app.scoring.comparison import compare
 from app.scoring.oracle import run_oracle
+from app.scoring.policy import Thresholds
 from app.scoring.registry import ModelRegistry
 from app.settings import Settings
 from tests.support.pipeline import (
@@ -50,12 +51,14 @@ def _cli(settings: Settings, *args: str) -> str:
     return done.stdout
 
 
-def _oracle_actions(settings: Settings, lines: list[bytes], version: str
+def _oracle_actions(settings: Settings, lines: list[bytes], version: str,
+                    thresholds: Thresholds | None = None
                     ) -> tuple[set[tuple[str, str]], set[str]]:
-    """`fraudstream score` with `version`: its actions as (txn_id, type), and their keys."""
+    """`fraudstream score` with `version` (and `thresholds`, else its card's): its actions as
+    (txn_id, type), and their keys."""
 
     registry = ModelRegistry(settings.model_dir, device="cpu")
-    run = run_oracle(lines, registry, version=version, explain=False,
+    run = run_oracle(lines, registry, version=version, explain=False, thresholds=thresholds,
                      allowed_lateness_ms=settings.allowed_lateness_ms,
                      now_ms=time.time_ns() // 1_000_000)
     return {(a.txn_id, a.type) for a in run.actions}, {a.idempotency_key for a in run.actions}
@@ -65,8 +68,15 @@ def test_shadow_never_acts_and_compare_lists_exactly_the_differing_actions(
         fresh_settings: Settings, tmp_path: Path) -> None:
     require_compiled_fold()
     models = tmp_path / "models"
-    base = add_shifted_version(fresh_settings.model_dir, models, CANDIDATE)
-    settings = with_own_service(fresh_settings, SHADOW_REDIS_DB).replace(model_dir=models)
+    # the candidate's card has thresholds of its own, and the active model's freeze threshold
+    # is overridden (FRAUDSTREAM_FREEZE_THRESHOLD): each side decides under its own policy
+    own = {"freeze": 0.2, "alert": 0.1}
+    base = add_shifted_version(fresh_settings.model_dir, models, CANDIDATE, thresholds=own)
+    active_card = ModelRegistry(models, device="cpu").card(base)
+    override = round(active_card.thresholds.freeze * 1.5, 6)
+    settings = with_own_service(fresh_settings, SHADOW_REDIS_DB).replace(
+        model_dir=models, freeze_threshold=override)
+    active_policy = active_card.thresholds.override(freeze=override)
     # through the command, before the worker starts: the worker picks it up from the topic
     said = _cli(settings, "model", "shadow", CANDIDATE)
     assert f"shadowing {CANDIDATE}" in said
@@ -84,8 +94,10 @@ def test_shadow_never_acts_and_compare_lists_exactly_the_differing_actions(
         worker.stop()
         service.stop()
 
-    active, active_keys = _oracle_actions(settings, lines, base)
-    candidate, _ = _oracle_actions(settings, lines, CANDIDATE)
+    active, active_keys = _oracle_actions(settings, lines, base, active_policy)
+    candidate, _ = _oracle_actions(settings, lines, CANDIDATE)  # its card's own thresholds
+    plain, _ = _oracle_actions(settings, lines, CANDIDATE, active_policy)
+    assert candidate != plain, "the candidate's own thresholds must matter in this log"
     expected = active ^ candidate
     assert expected, "the candidate must decide some transactions differently"
     # the ledger holds the active model's effects only, each once: the shadow acted on nothing
