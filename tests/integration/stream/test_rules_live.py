@@ -25,6 +25,7 @@ from app.features.merchant import MerchantTable
 from app.kafka import topics
 from app.rules.rule import Rule
 from app.rules.ruleset import RuleSet
+from app.scoring.lists import ListEntry, Lists
 from app.scoring.oracle import rule_columns, run_oracle
 from app.scoring.registry import ModelRegistry
 from app.settings import Settings
@@ -144,9 +145,18 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
         assert [r.name for r in rules.rules] == ["trusted-merchant@1", "big@2", "near-miss@1",
                                                  "busy@1"]
 
+        # and a list entry, which comes before every rule
+        acted = {a.card_id for a in plain.actions}
+        blocked = next(c for c in table.column("card_id").to_pylist() if c not in acted)
+        status, _ = _call(settings, "PUT", f"/v1/lists/card/{blocked}",
+                          body={"list": "block", "reason": "mule"})
+        assert status == 200
+        entries = _call(settings, "GET", "/v1/lists", token=READ)[1]["entries"]
+        lists = Lists.of(ListEntry.from_json(orjson.dumps(e)) for e in entries)
         wait_until(lambda: _metric(worker.port, r'^fraudstream_rules\{mode="(\w+)"\} (\S+)$')
-                   == {"active": 3.0, "log_only": 1.0}, timeout_s=120,
-                   what="the worker to read the rules")
+                   == {"active": 3.0, "log_only": 1.0} and _metric(
+                       worker.port, r'^fraudstream_list_entries\{list="(block)"\} (\S+)$')
+                   == {"block": 1.0}, timeout_s=120, what="the worker to read the rules")
         sent = replay(settings, lines)
         wait_drained(settings, [worker], expected=sent)
         wait_dispatched(settings)
@@ -160,11 +170,14 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
                 first_freeze.setdefault(action["card_id"], action)
         oracle = run_oracle(lines, registry, version=settings.model_version, explain=False,
                             allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms,
-                            rules=rules, merchants=merchants)
+                            rules=rules, merchants=merchants, lists=lists)
         expected = {a.idempotency_key: a for a in oracle.actions}
         assert set(live) == set(expected)
         assert all((live[k]["type"], live[k]["decided_by"], live[k].get("rule"))
                    == (a.type, a.decided_by, a.rule) for k, a in expected.items())
+        assert {(a["type"], a["decided_by"]) for a in live.values()
+                if a["card_id"] == blocked} == {("freeze_card", "block_list"),
+                                                ("alert_customer", "block_list")}
         by_rule: dict[str | None, set[str]] = {}
         for a in live.values():
             by_rule.setdefault(a.get("rule"), set()).add(a["type"])
@@ -193,10 +206,13 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
         labels_path = tmp_path / "labels.jsonl"
         labels_path.write_bytes(b"".join(log.label_chunks()))
         rules_path.write_bytes(b"\n".join(orjson.dumps(r) for r in listed["rules"]) + b"\n")
+        lists_path = tmp_path / "lists.jsonl"
+        lists_path.write_bytes(b"\n".join(orjson.dumps(e) for e in entries) + b"\n")
         out = tmp_path / "actions.jsonl"
         subprocess.run([sys.executable, "-m", "app.cli.main", "backtest", "--events",
                         str(log_path), "--labels", str(labels_path), "--active-rules",
-                        str(rules_path), "--now-ms", str(now_ms), "--out-actions", str(out)],
+                        str(rules_path), "--lists", str(lists_path), "--now-ms", str(now_ms),
+                        "--out-actions", str(out)],
                        check=True, cwd=ROOT, capture_output=True, timeout=300)
         offline = {json.loads(x)["idempotency_key"]: json.loads(x)
                    for x in out.read_text().splitlines()}
