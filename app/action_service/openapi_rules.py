@@ -53,7 +53,7 @@ def rule_schemas(obj: Callable[[dict[str, Any], str], dict[str, Any]]) -> dict[s
         "RuleHistory": obj({"rule": _ref("Rule"),
                             "history": {"type": "array", "items": _ref("Rule")}},
                            "The current version and every version, oldest first."),
-        "RuleError": {"type": "object", "required": ["error", "rule", "field"],
+        "RuleError": {"type": "object", "required": ["error", "field"],
                       "properties": {
                           "error": {"type": "string"},
                           "rule": {"type": "string", "nullable": True},

@@ -27,6 +27,11 @@ MAX_CLOSE_BODY_BYTES: Final = 4 * 1024
 async def get_reviews(request: web.Request) -> web.Response:
     """The open reviews, oldest first (`limit`, default 100), with the queue's depth and the
     oldest one's age."""
+    for name in request.query:
+        if name not in ("status", "limit"):
+            shown = name[:64]
+            return error_reply(422, f"{shown}: unknown query parameter (allowed: status, limit)",
+                               shown)
     status = request.query.get("status", "open")
     if status != "open":
         return error_reply(422, "status: only open reviews are listed (GET /v1/reviews/{id} "

@@ -51,7 +51,8 @@ class ReviewError(ValueError):
 def parse_review_id(review_id: str) -> tuple[int, str]:
     """(shard, stream entry id) of a review id; ReviewError when it is not one."""
     m = REVIEW_ID_RE.fullmatch(review_id)
-    if m is None or int(m.group(1)) >= SHARDS:
+    if (m is None or int(m.group(1)) >= SHARDS
+            or any(int(part) >= 2**64 for part in m.group(2).split("-"))):
         raise ReviewError("id", "id: a review id, <shard>-<ms>-<seq>")
     return int(m.group(1)), m.group(2)
 

@@ -27,8 +27,9 @@ logger = logging.getLogger(__name__)
 
 #: Largest rule request body (an expression of at most 2,000 characters and the rest).
 MAX_RULE_BODY_BYTES: Final = 8 * 1024
-#: The order a new rule gets after the last one when none is given.
+#: The order a new rule gets after the last one when none is given (at most MAX_ORDER).
 ORDER_STEP: Final = 10
+MAX_ORDER: Final = 1_000_000
 
 
 class RuleBook(Protocol):
@@ -121,7 +122,8 @@ async def post_rule(request: web.Request, by: str) -> web.Response:
                 return error_reply(409, f"rule {fields['id']} exists: PATCH /v1/rules/"
                                         f"{fields['id']} writes its next version", "id")
             orders = [r.order for r in state.rules().current.values()]
-            fields.setdefault("order", (max(orders) if orders else 0) + ORDER_STEP)
+            fields.setdefault("order", min(MAX_ORDER, (max(orders) if orders else 0)
+                                           + ORDER_STEP))
             rule = Rule(version=1, author=by, at_ms=time.time_ns() // 1_000_000, **fields)
             offset = await request.app[RULES].put_rule(rule)
         except _kafka_errors() as exc:

@@ -105,17 +105,15 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
                                        out_of_order=0.02, redelivery=0.01, now_ms=now_ms))
     lines = [line for line, _kind in log.iter_lines()]
     (workdir / "txns.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    counts = log.counts
-    console.print(f"generated {counts.transactions:,} transactions ({counts.fraud:,} fraud) + "
-                  f"{counts.malformed:,} malformed + {counts.redelivered:,} redelivered",
-                  highlight=False)
 
     # the labels first, as a deployment has its label history: the merchant features of each
     # transaction count only the labels reported before it (docs/features.md)
     labels_path = workdir / "labels.jsonl"
     labels_path.write_bytes(b"".join(log.label_chunks()))
     imported = asyncio.run(send_labels(settings, labels_path, source="demo"))
-    console.print(f"sent {imported.sent:,} labels (each known from its reported time on)",
+    counts = log.counts
+    console.print(f"generated {counts.transactions:,} transactions ({counts.fraud:,} fraud) + "
+                  f"{counts.malformed:,} malformed + {counts.redelivered:,} redelivered",
                   highlight=False)
 
     web_port = _free_port()
@@ -127,7 +125,8 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
     ok = False
     try:
         sent = asyncio.run(replay_messages(settings, lines))
-        console.print(f"replayed {sent.sent:,} messages at {sent.rate:,.0f} msg/s", highlight=False)
+        console.print(f"replayed {sent.sent:,} messages at {sent.rate:,.0f} msg/s after "
+                      f"{imported.sent:,} labels", highlight=False)
         if not _wait_drained(settings, procs, workdir, timeout_s):
             return False
         names = [settings.topic(t) for t in topics.PIPELINE_TOPICS]

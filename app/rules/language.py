@@ -129,6 +129,8 @@ def parse(text: str) -> Expression:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise RuleSyntaxError(f"syntax: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # a NUL byte, a parser limit
+        raise RuleSyntaxError(f"syntax: {exc}") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise RuleSyntaxError(f"the expression has more than {MAX_NODES} parts")
     checker = _Checker()
