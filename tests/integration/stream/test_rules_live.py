@@ -42,7 +42,13 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+from tests.support.procs import (
+    http_ready,
+    spawn_action_service,
+    spawn_worker,
+    wait_all_assigned,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +111,7 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
 
     send_label_records(settings, records)
     service = spawn_action_service(settings, tmp_path)
-    worker = spawn_worker(settings, tmp_path)
+    workers = [spawn_worker(settings, tmp_path, name=f"w{i}") for i in range(2)]
     try:
         wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
                    what="the action service")
@@ -153,12 +159,15 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
         assert status == 200
         entries = _call(settings, "GET", "/v1/lists", token=READ)[1]["entries"]
         lists = Lists.of(ListEntry.from_json(orjson.dumps(e)) for e in entries)
-        wait_until(lambda: _metric(worker.port, r'^fraudstream_rules\{mode="(\w+)"\} (\S+)$')
-                   == {"active": 3.0, "log_only": 1.0} and _metric(
-                       worker.port, r'^fraudstream_list_entries\{list="(block)"\} (\S+)$')
-                   == {"block": 1.0}, timeout_s=120, what="the worker to read the rules")
+        # every worker follows the control topic itself, without a restart
+        wait_all_assigned(workers, settings.topic(topics.TRANSACTIONS))
+        wait_until(lambda: all(
+            _metric(w.port, r'^fraudstream_rules\{mode="(\w+)"\} (\S+)$')
+            == {"active": 3.0, "log_only": 1.0} and _metric(
+                w.port, r'^fraudstream_list_entries\{list="(block)"\} (\S+)$') == {"block": 1.0}
+            for w in workers), timeout_s=120, what="every worker to read the rules")
         sent = replay(settings, lines)
-        wait_drained(settings, [worker], expected=sent)
+        wait_drained(settings, workers, expected=sent)
         wait_dispatched(settings)
 
         live = {}
@@ -196,9 +205,10 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
         # the log_only rule counted every row it holds for (the log has no redelivery)
         holds = rules.compiled[3].mask(rule_columns(oracle.offline, np.asarray(
             oracle.scores, dtype=np.float64), {}))
-        hits = _metric(worker.port, r'^fraudstream_rule_hits_total\{mode="log_only",'
-                       r'rule="(busy)",version="1"\} (\S+)$')
-        assert hits.get("busy") == int(holds.sum()) > 0
+        hits = sum(_metric(w.port, r'^fraudstream_rule_hits_total\{mode="log_only",'
+                           r'rule="(busy)",version="1"\} (\S+)$').get("busy", 0.0)
+                   for w in workers)
+        assert hits == int(holds.sum()) > 0
 
         # the backtest under the same rules reproduces the live actions
         log_path, rules_path = tmp_path / "log.jsonl", tmp_path / "rules.jsonl"
@@ -253,5 +263,6 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
                    what="the review labels on the labels topic")
         assert sorted((x.txn_id, x.label) for x in _review_labels(settings)) == wanted
     finally:
-        worker.stop()
+        for w in workers:
+            w.stop()
         service.stop()
