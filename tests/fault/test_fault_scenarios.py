@@ -51,6 +51,7 @@ def test_scenario(name: str, processing: str, stack_settings: Settings, tmp_path
     with capsys.disabled():
         print(f"\n  {report.line()}")
     assert not report.problems, "\n".join(report.problems)
+    _require_own_evidence(name, report)
     if scenario.kills:
         # messages processed twice, re-reads recognised and skipped, POSTs retried, or replays
         # absorbed beyond those the log's own redeliveries cause
@@ -67,3 +68,21 @@ def test_scenario(name: str, processing: str, stack_settings: Settings, tmp_path
             assert extra.get("aborted_rows", 0) > 0, (
                 "exactly_once: the kill hit an open transaction with served rows, yet no row "
                 "was aborted")
+
+
+def _require_own_evidence(name: str, report: object) -> None:
+    """What each of these faults must have done to have tested anything: the log's replays
+    absorbed by the service (upstream-redelivery), messages led by the broker that was killed
+    (kafka-leader-kill), the dispatcher's retries while Redis had no master (redis-master-kill)."""
+    extra = {k: v for k, v in report.extra.items()  # type: ignore[attr-defined]
+             if isinstance(v, int | float)}
+    absorbed = report.redeliveries_absorbed  # type: ignore[attr-defined]
+    if name == "upstream-redelivery":
+        assert absorbed >= extra.get("log_replays", 0) > 0, (
+            f"the log's {extra.get('log_replays', 0)} replays, {absorbed} absorbed")
+    elif name == "kafka-leader-kill":
+        assert extra.get("partitions_led", 0) > 0 and extra.get("messages_led", 0) > 0, (
+            "the killed broker led no partition the replay wrote to")
+    elif name == "redis-master-kill":
+        assert extra.get("dispatch_retries", 0) > 0, (
+            "the dispatcher retried nothing while Redis had no master")
