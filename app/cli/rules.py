@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import urllib.parse
 import uuid
-from pathlib import Path
 from typing import Any
 
 import click
@@ -128,7 +127,3 @@ def close(review_id: str, outcome: str, reason: str, key: str | None) -> None:
                       {"Idempotency-Key": key or str(uuid.uuid4())})
     click.echo(f"{answer['review_id']}: {answer['outcome']}, card {answer['card']}")
 
-
-def read_rules_file(path: Path) -> list[dict[str, Any]]:
-    """A rules file: one JSON rule a line (`rules show --json`)."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

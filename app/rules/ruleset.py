@@ -70,19 +70,8 @@ class RuleSet:
                    tuple(i for i, r in enumerate(live) if r.mode == "active"),
                    Plan(compiled) if compiled else None)
 
-    def with_version(self, rule: Rule) -> RuleSet:
-        """This set with `rule` applied (ignored when not newer than the id's current)."""
-        have = self.current.get(rule.id)
-        if have is not None and have.version >= rule.version:
-            return self
-        return RuleSet.of([*self.current.values(), rule])
-
     def __len__(self) -> int:
         return len(self.rules)
-
-    @property
-    def active(self) -> int:
-        return sum(1 for r in self.rules if r.mode == "active")
 
     @property
     def names(self) -> frozenset[str]:
