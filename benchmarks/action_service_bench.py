@@ -49,15 +49,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import orjson
+from aiohttp import web
 
-import orjson  # noqa: E402
-from aiohttp import web  # noqa: E402
-
-from app.actions import Action, make_action  # noqa: E402
-from app.settings import load_settings, settings_environ  # noqa: E402
-from app.stack.redis import RedisNode  # noqa: E402
-from app.stack.redis_cluster import RedisCluster  # noqa: E402
+from app.actions import Action, make_action
+from app.settings import load_settings, settings_environ
+from app.stack.redis import RedisNode
+from app.stack.redis_cluster import RedisCluster
 
 TOKEN = "bench-token"
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,8 +1,8 @@
 """The Kafka client's own live cost: the raw consume → produce loop fed live, on aiokafka and
 on librdkafka (confluent-kafka), at fixed offered rates.
 
-    .venv/bin/python benchmarks/client_ceiling.py
-    .venv/bin/python benchmarks/client_ceiling.py --rates 15000 --seconds 20 --rounds 3
+    .venv/bin/python -m benchmarks.client_ceiling
+    .venv/bin/python -m benchmarks.client_ceiling --rates 15000 --seconds 20 --rounds 3
 
 The worker is built on aiokafka (Faust's transport, the exactly_once transactions), whose
 protocol work runs in Python under the GIL; librdkafka does it in its own threads. What a change
@@ -20,24 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from live_load import Step, run_raw_step  # noqa: E402
-from pipeline_bench import bench_stack, raw_loop  # noqa: E402
-
-from app.kafka import topics  # noqa: E402
-from app.settings import Settings  # noqa: E402
-from tests.support.pipeline import lines_of, make_log  # noqa: E402
+from app.harness.pipeline import lines_of, make_log
+from app.kafka import topics
+from app.settings import Settings
+from benchmarks.live_load import Step, run_raw_step
+from benchmarks.pipeline_bench import bench_stack, raw_loop
 
 #: librdkafka's producer as the worker's would be: acks from every in-sync replica, ordered
 #: retries, a 2 ms linger (a batch's records go out in one request per broker)

@@ -27,26 +27,22 @@ someone else's meanwhile), whatever the code does.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import click
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.kafka.records import SourceMessage  # noqa: E402
-from app.scoring.registry import ModelRegistry  # noqa: E402
-from app.settings import load_settings  # noqa: E402
-from app.stream.pipeline import TransactionPipeline  # noqa: E402
-from app.stream.scoring import ScoringStage  # noqa: E402
-from tests.support.pipeline import lines_of, make_log  # noqa: E402
+from app.harness.pipeline import lines_of, make_log
+from app.kafka.records import SourceMessage
+from app.scoring.registry import ModelRegistry
+from app.settings import load_settings
+from app.stream.engine.pipeline import TransactionPipeline
+from app.stream.engine.scoring import ScoringStage
 
 PARTITIONS = 8
 
 
 class _Cards(dict):  # type: ignore[type-arg]
-    """A CardStore in a dict (app.stream.pipeline.CardStore)."""
+    """A CardStore in a dict (app.stream.engine.pipeline.CardStore)."""
 
     def load(self, card_id: str) -> bytes | None:
         return self.get(card_id)

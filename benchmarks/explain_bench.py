@@ -16,25 +16,21 @@ default: the median of docs/benchmarks.md's three pairs).
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import click
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.datagen.config import GeneratorConfig  # noqa: E402
-from app.datagen.generator import generate_log  # noqa: E402
-from app.features.declaration import FEATURE_NAMES  # noqa: E402
-from app.features.offline import compute_features  # noqa: E402
-from app.kafka.records import SourceMessage  # noqa: E402
-from app.scoring.registry import ModelRegistry  # noqa: E402
-from app.settings import load_settings  # noqa: E402
-from app.stream.pipeline import Scored  # noqa: E402
-from app.stream.scoring import ScoringStage  # noqa: E402
-from app.transactions.contract import ContractError, parse_transaction  # noqa: E402
+from app.datagen.config import GeneratorConfig
+from app.datagen.generator import generate_log
+from app.features.declaration import FEATURE_NAMES
+from app.features.offline import compute_features
+from app.kafka.records import SourceMessage
+from app.scoring.registry import ModelRegistry
+from app.settings import load_settings
+from app.stream.engine.pipeline import Scored
+from app.stream.engine.scoring import ScoringStage
+from app.transactions.contract import ContractError, parse_transaction
 
 
 @click.command()

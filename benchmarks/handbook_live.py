@@ -1,6 +1,6 @@
 """The handbook benchmark's baseline week through the live pipeline (`handbook_bench --live`).
 
-The model of the baseline week is trained as `fraudstream train --algorithm lgbm` does
+The model of the baseline week is trained as `fraudstream model train --algorithm lgbm` does
 (trainer.train_model: the training week, then the test week as its evaluation days) into a
 model directory. The test week with the 30 days before it (the card windows' history) and the
 labels of the 37 days before its end (the merchant windows' reach, each label as the book
@@ -54,12 +54,7 @@ def _training_table(t: Any, rows: np.ndarray) -> pa.Table:  # noqa: ANN401 - the
 def replay_baseline(t: Any, split: hb.Split, params: GbtParams, txns: Path,  # noqa: ANN401
                     labels: Path) -> dict[str, Any]:
     from app.features.merchant import MerchantTable
-    from app.kafka.topics import ensure_topics
-    from app.scoring.registry import ModelRegistry
-    from app.scoring.trainer import TrainConfig, train_model
-    from app.settings import load_settings
-    from app.transactions.labelfile import read_label_records
-    from tests.support.pipeline import (
+    from app.harness.pipeline import (
         audit_served,
         drop_quietly,
         replay,
@@ -67,7 +62,12 @@ def replay_baseline(t: Any, split: hb.Split, params: GbtParams, txns: Path,  # n
         served_rows,
         wait_drained,
     )
-    from tests.support.procs import spawn_worker
+    from app.harness.procs import spawn_worker
+    from app.kafka.topics import ensure_topics
+    from app.scoring.registry import ModelRegistry
+    from app.scoring.trainer import TrainConfig, train_model
+    from app.settings import load_settings
+    from app.transactions.labelfile import read_label_records
 
     work = Path(tempfile.mkdtemp(prefix="handbook-live-"))
     # the model, as `train --algorithm lgbm` makes it: the week, then the test week as eval days

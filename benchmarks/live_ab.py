@@ -1,7 +1,7 @@
 """Live-load A/B: two or more variants of the worker's environment at one fixed offered rate.
 
-    .venv/bin/python benchmarks/live_ab.py FRAUDSTREAM_STORE=rocksdb FRAUDSTREAM_STORE=memory
-    .venv/bin/python benchmarks/live_ab.py A=0 A=1 --rate 16000 --seconds 25 --rounds 2
+    .venv/bin/python -m benchmarks.live_ab FRAUDSTREAM_STORE=rocksdb FRAUDSTREAM_STORE=memory
+    .venv/bin/python -m benchmarks.live_ab A=0 A=1 --rate 16000 --seconds 25 --rounds 2
 
 Each argument is one variant: `NAME=VALUE` assignments (several joined by spaces in one
 argument) that the worker starts under; a name that is a setting (`fraudstream settings`) is
@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -29,14 +28,10 @@ from unittest import mock
 
 import click
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from live_load import Step, run_step  # noqa: E402
-from pipeline_bench import bench_stack  # noqa: E402
-
-from app.settings import Settings, load_settings  # noqa: E402
-from tests.support.pipeline import lines_of, make_log  # noqa: E402
+from app.harness.pipeline import lines_of, make_log
+from app.settings import Settings, load_settings
+from benchmarks.live_load import Step, run_step
+from benchmarks.pipeline_bench import bench_stack
 
 
 def parse_variant(text: str) -> dict[str, str]:

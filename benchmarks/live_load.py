@@ -1,8 +1,8 @@
 """Live load: the highest steady offered rate one worker serves within the 50 ms budget.
 
-    .venv/bin/python benchmarks/live_load.py                    # raw loop, rate steps, overload
-    .venv/bin/python benchmarks/live_load.py --steps 0.1,0.2 --seconds 10 --no-overload --no-docs
-    .venv/bin/python benchmarks/live_load.py --overload-at 10592 --cards 27400  # overload only
+    .venv/bin/python -m benchmarks.live_load                    # raw loop, rate steps, overload
+    .venv/bin/python -m benchmarks.live_load --steps 0.1,0.2 --seconds 10 --no-overload --no-docs
+    .venv/bin/python -m benchmarks.live_load --overload-at 10592 --cards 27400  # overload only
 
 First the backlog: the raw aiokafka consume→produce loop and the worker alternate on the same
 pre-filled log (benchmarks/pipeline_bench.py's `raw_loop` and `measure_worker`), `--raw-runs`
@@ -55,10 +55,14 @@ from typing import Any
 import click
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from pipeline_bench import (  # noqa: E402
+from app.harness.pipeline import lines_of, make_log
+from app.harness.procs import wait_until
+from app.kafka import topics
+from app.kafka.inspect import admin_client, read_topic
+from app.kafka.replay import replay_messages
+from app.kafka.topics import drop_topics
+from app.settings import Settings
+from benchmarks.pipeline_bench import (
     Side,
     backlog_pair,
     bench_stack,
@@ -72,14 +76,6 @@ from pipeline_bench import (  # noqa: E402
     slo_rate,
     start_worker,
 )
-
-from app.kafka import topics  # noqa: E402
-from app.kafka.inspect import admin_client, read_topic  # noqa: E402
-from app.kafka.topics import drop_topics  # noqa: E402
-from app.settings import Settings  # noqa: E402
-from app.transactions.producer import replay_messages  # noqa: E402
-from tests.support.pipeline import lines_of, make_log  # noqa: E402
-from tests.support.procs import wait_until  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 BUDGET_MS = 50.0
@@ -600,10 +596,10 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
             summary = run_overload(base, lines, slo, Path(tmp),
                                    high=overload_share * raw if overload_share else None)
     if docs:
-        from bench_report import write_live_load
+        from benchmarks.bench_report import write_live_load
 
         page = write_live_load(DOCS, raw, results, slo, overload=summary, backlog=backlog_ratio,
-                               command=" ".join([".venv/bin/python benchmarks/live_load.py",
+                               command=" ".join([".venv/bin/python -m benchmarks.live_load",
                                                  *sys.argv[1:]]),
                                when=f"{time.strftime('%Y-%m-%d')} (the broker holding {crowd} "
                                     "other topics at the start)", raw_live=raw_steps,

@@ -1,7 +1,7 @@
 """What drift counting and a shadow model cost the worker: in-process per batch, and live.
 
-    .venv/bin/python benchmarks/drift_bench.py [--sizes 1,10,32,128,512] [--rounds 5]
-    .venv/bin/python benchmarks/drift_bench.py --live [--rate 1162] [--seconds 20] [--pairs 2]
+    .venv/bin/python -m benchmarks.model_watch_bench [--sizes 1,10,32,128,512] [--rounds 5]
+    .venv/bin/python -m benchmarks.model_watch_bench --live [--rate 1162] [--seconds 20] [--pairs 2]
 
 In-process (always): a generated log's messages go through the worker's own batch path
 (`TransactionPipeline.process` → `ScoringStage.run`) in batches of each size, three ways in
@@ -22,7 +22,6 @@ printed: worker CPU µs per event of each and the median ratio (on/off), same ru
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,15 +29,13 @@ from pathlib import Path
 import click
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.kafka.records import SourceMessage  # noqa: E402
-from app.scoring.registry import ModelRegistry  # noqa: E402
-from app.scoring.scorer import features_matrix  # noqa: E402
-from app.settings import load_settings  # noqa: E402
-from app.stream.pipeline import TransactionPipeline  # noqa: E402
-from app.stream.scoring import ScoringStage  # noqa: E402
-from tests.support.pipeline import lines_of, make_log  # noqa: E402
+from app.harness.pipeline import lines_of, make_log
+from app.kafka.records import SourceMessage
+from app.scoring.registry import ModelRegistry
+from app.scoring.scorer import features_matrix
+from app.settings import load_settings
+from app.stream.engine.pipeline import TransactionPipeline
+from app.stream.engine.scoring import ScoringStage
 
 
 class _Cards:

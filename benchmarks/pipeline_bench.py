@@ -1,7 +1,7 @@
 """One worker against a raw aiokafka consume→produce loop on the same broker, then latency at 30 %.
 
-    .venv/bin/python benchmarks/pipeline_bench.py                      # 200k transactions, 3 pairs
-    .venv/bin/python benchmarks/pipeline_bench.py --txns 50000 --pairs 1 --no-docs   # a quick look
+    .venv/bin/python -m benchmarks.pipeline_bench                   # 200k transactions, 3 pairs
+    .venv/bin/python -m benchmarks.pipeline_bench --txns 50000 --pairs 1 --no-docs  # a quick look
 
 Throughput: the raw loop and the worker alternate, each pair on fresh topics pre-filled with the
 same log. Both rates are taken from broker timestamps: the bench topics use LogAppendTime, and a
@@ -37,16 +37,14 @@ from typing import Any
 import click
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.kafka import topics  # noqa: E402
-from app.kafka.inspect import admin_client, read_topic  # noqa: E402
-from app.kafka.topics import drop_topics, ensure_topics  # noqa: E402
-from app.security.kafka import kafka_client_kwargs  # noqa: E402
-from app.settings import Settings, load_settings  # noqa: E402
-from app.stack.manager import Stack  # noqa: E402
-from tests.support.pipeline import lines_of, make_log, replay  # noqa: E402
-from tests.support.procs import Spawned, spawn_worker, wait_until  # noqa: E402
+from app.harness.pipeline import lines_of, make_log, replay
+from app.harness.procs import Spawned, spawn_worker, wait_until
+from app.kafka import topics
+from app.kafka.inspect import admin_client, read_topic
+from app.kafka.topics import drop_topics, ensure_topics
+from app.security.kafka import kafka_client_kwargs
+from app.settings import Settings, load_settings
+from app.stack.manager import Stack
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -382,10 +380,10 @@ def main(txns: int, pairs: int, load: float, latency_seconds: float, docs: bool)
     for hop, (p50, p99) in sorted(hops.items()):
         print(f"  hop {hop:18s} p50 ≤ {p50 * 1000:7.1f} ms  p99 ≤ {p99 * 1000:7.1f} ms")
     if docs:
-        from bench_report import write_report
+        from benchmarks.bench_report import write_report
 
         write_report(DOCS, raws, workers, ratios, latencies, hops, load=load, rate=rate,
-                     txns=len(lines), command=" ".join(["benchmarks/pipeline_bench.py",
+                     txns=len(lines), command=" ".join(["python -m benchmarks.pipeline_bench",
                                                         *sys.argv[1:]]))
         print(f"wrote {DOCS / 'benchmarks.md'}")
 

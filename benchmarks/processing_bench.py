@@ -1,7 +1,7 @@
 """at_least_once against exactly_once, same run: backlog throughput and the live-load SLO rate.
 
-    .venv/bin/python benchmarks/processing_bench.py                  # 2 backlog pairs, 4 steps
-    .venv/bin/python benchmarks/processing_bench.py --txns 50000 --pairs 1 --steps 0.1 --seconds 10
+    .venv/bin/python -m benchmarks.processing_bench                  # 2 backlog pairs, 4 steps
+    .venv/bin/python -m benchmarks.processing_bench --txns 50000 --pairs 1 --steps 0.1 --seconds 10
 
 Backlog: one worker (no dispatch) per mode on fresh topics pre-filled with the same log, the
 modes alternating (first one, then the other, then the other first); a side's rate is its
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -33,10 +32,14 @@ from pathlib import Path
 import click
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from pipeline_bench import (  # noqa: E402
+from app.harness.pipeline import lines_of, make_log, replay
+from app.harness.procs import spawn_worker, wait_until
+from app.kafka import topics
+from app.kafka.inspect import read_topic
+from app.kafka.topics import drop_topics
+from app.security.kafka import kafka_client_kwargs
+from app.settings import Settings
+from benchmarks.pipeline_bench import (
     bench_stack,
     cpu_s,
     fresh,
@@ -47,14 +50,6 @@ from pipeline_bench import (  # noqa: E402
     slo_rate,
     start_worker,
 )
-
-from app.kafka import topics  # noqa: E402
-from app.kafka.inspect import read_topic  # noqa: E402
-from app.kafka.topics import drop_topics  # noqa: E402
-from app.security.kafka import kafka_client_kwargs  # noqa: E402
-from app.settings import Settings  # noqa: E402
-from tests.support.pipeline import lines_of, make_log, replay  # noqa: E402
-from tests.support.procs import spawn_worker, wait_until  # noqa: E402
 
 BUDGET_MS = 50.0
 COLD_S = 4.0

@@ -1,6 +1,6 @@
 """Every scorer a worker can run against the CPU oracle, at every batch size: decisions that flip.
 
-    python benchmarks/provider_agreement.py [--device cuda|auto] [--rows 50000]
+    python -m benchmarks.provider_agreement [--device cuda|auto] [--rows 50000]
         [--sizes 1,2,4,...,4096] [--vectors vectors.npy] [--no-graphs] [--json out.json]
 
 Loads every model version, scores the same real feature vectors (the offline evaluator over a
@@ -24,13 +24,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scorer_bench import DEFAULT_SIZES, cuda_variants, load_matrix  # same folder
 
 from app.scoring.binding import BoundScorer
 from app.scoring.hybrid import GpuOptions, HybridScorer, hybrid
 from app.scoring.policy import Thresholds, decide, near_threshold
 from app.scoring.registry import ModelRegistry
 from app.scoring.scorer import OnnxScorer, Scorer
+from benchmarks.scorer_bench import DEFAULT_SIZES, cuda_variants, load_matrix
 
 #: Ulps are counted where scores reach this: below it, tiny absolute differences between tiny
 #: scores are astronomically many ulps and say nothing about decisions.

@@ -15,23 +15,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aiokafka import AIOKafkaProducer
 
-from aiokafka import AIOKafkaProducer  # noqa: E402
-
-from app.kafka import topics  # noqa: E402
-from app.kafka.topics import drop_topics, ensure_topics  # noqa: E402
-from app.security.kafka import kafka_client_kwargs  # noqa: E402
-from app.settings import Settings, load_settings  # noqa: E402
-from app.transactions.logfile import card_key  # noqa: E402
-from app.transactions.producer import replay_messages  # noqa: E402
-from tests.support.pipeline import lines_of, make_log  # noqa: E402
+from app.harness.pipeline import lines_of, make_log
+from app.kafka import topics
+from app.kafka.replay import replay_messages
+from app.kafka.topics import drop_topics, ensure_topics
+from app.security.kafka import kafka_client_kwargs
+from app.settings import Settings, load_settings
+from app.transactions.logfile import card_key
 
 Replay = Callable[[Settings, Sequence[bytes], float | None], Awaitable[int]]
 

@@ -5,11 +5,11 @@
 One card changelog (8 partitions) is produced once: --cards distinct cards, then later records
 of random cards up to --records (a changelog the cleaner has not wholly compacted), values
 sized like real card states (median ~450 bytes, a long tail). Each variant restores it from
-nothing into a fresh RocksDB card store (app.stream.carddb, through a Faust table), --rounds
+nothing into a fresh RocksDB card store (app.stream.state.carddb, through a Faust table), --rounds
 times, the variants taking turns; the best rate of each is kept:
 
 - previous: every fetch fenced with a store multi-get, writes through the WAL, records read by
-  aiokafka's consumer (the restore as it was before 2026-11-26, by configuration);
+  aiokafka's consumer (the former restore path, rebuilt by configuration);
 - current: `ChangelogRestorer` as the worker builds it.
 
 Printed: records/s of each and current / previous. The worker's own figure (with Faust's
@@ -24,7 +24,6 @@ import asyncio
 import random
 import shutil
 import struct
-import sys
 import tempfile
 import time
 import uuid
@@ -32,16 +31,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import faust
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-import faust  # noqa: E402
-from aiokafka import AIOKafkaProducer  # noqa: E402
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: E402
-
-from app.security.kafka import kafka_client_kwargs  # noqa: E402
-from app.settings import load_settings  # noqa: E402
-from app.stream.cardstore import card_table  # noqa: E402
-from app.stream.restore import ChangelogRestorer  # noqa: E402
+from app.security.kafka import kafka_client_kwargs
+from app.settings import load_settings
+from app.stream.state.cardstore import card_table
+from app.stream.state.restore import ChangelogRestorer
 
 PARTITIONS = 8
 _POSITION = struct.Struct("<iq")

@@ -1,8 +1,8 @@
 """What rules cost: evaluation per event with 10, 100 and 1,000 active rules, and a worker's
 backlog rate with 100 rules against none, in one run.
 
-    .venv/bin/python benchmarks/rules_bench.py                         # both parts
-    .venv/bin/python benchmarks/rules_bench.py --no-live               # evaluation only
+    .venv/bin/python -m benchmarks.rules_bench                      # both parts
+    .venv/bin/python -m benchmarks.rules_bench --no-live            # evaluation only
 
 1. Evaluation: `RuleSet.evaluate` (the worker's call, once per batch) over batches of scored rows
    from a generated log's offline fold, at the worker's batch sizes (37 and 512 rows), for rule
@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -29,11 +28,9 @@ from pathlib import Path
 import click
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.features.declaration import FEATURE_NAMES  # noqa: E402
-from app.rules.rule import Rule  # noqa: E402
-from app.rules.ruleset import RuleSet  # noqa: E402
+from app.features.declaration import FEATURE_NAMES
+from app.rules.rule import Rule
+from app.rules.ruleset import RuleSet
 
 _COUNTRIES = ("US", "GB", "DE", "FR", "BR", "IN", "NG", "RU", "CN", "JP")
 
@@ -119,9 +116,9 @@ def evaluation(counts: list[int], batches: list[int], repeat: int) -> None:
 
 def backlog(txns: int, pairs: int, rules: int) -> None:
     from app.control.publisher import ControlPublisher
+    from app.harness.pipeline import lines_of, make_log, replay
     from app.kafka.topics import drop_topics
     from benchmarks.pipeline_bench import bench_stack, fresh, measure_worker
-    from tests.support.pipeline import lines_of, make_log, replay
 
     base, broker_pid = bench_stack()
     lines = lines_of(make_log(cards=20_000, txns=txns, seed=11))

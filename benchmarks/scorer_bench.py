@@ -11,7 +11,7 @@ or --vectors, an .npy float32 [N, F] saved by --save-vectors) already converted 
 blocks, the fastest block kept) so machine noise hits all of them alike. Variants:
 
 - cpu: one CPU session, one thread (the oracle's scorer; the default without CUDA);
-- cuda: `session.run` on the CUDA provider (the scorer before this change);
+- cuda: `session.run` on the CUDA provider (a plain CUDA session, no IO binding);
 - cuda-bound: IO binding on preallocated per-bucket device buffers (binding.BoundScorer);
 - cuda-graph: the same with one CUDA graph per bucket (onnxruntime enable_cuda_graph);
 - hybrid: the worker's scorer (hybrid.HybridScorer over `cpu` and the best bound CUDA variant,
@@ -22,7 +22,7 @@ hybrid is as fast as the better provider at that size, within noise), the per-ca
 (time of a call at batch 1, and the intercept of a least-squares line through all sizes) and the
 cost per row, and the conversion from Python feature tuples (features_matrix, against the
 nested np.asarray it replaced).
---algorithms trains one model per algorithm (the `fraudstream train` defaults; the trees'
+--algorithms trains one model per algorithm (the `fraudstream model train` defaults; the trees'
 size from --gbt-trees/--gbt-leaves) on one generated, labelled log and times their CPU sessions
 side by side, interleaved as above, on that log's evaluation rows: µs per call and per row at
 each batch size and the ratio of each algorithm to the first one (CPU only, one thread: the
@@ -43,13 +43,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.features.declaration import FEATURE_NAMES  # noqa: E402
-from app.scoring.binding import BoundScorer, bucket_sizes  # noqa: E402
-from app.scoring.hybrid import NEVER, GpuOptions, HybridScorer, hybrid  # noqa: E402
-from app.scoring.metrics import ProviderTally  # noqa: E402
-from app.scoring.scorer import CUDA, OnnxScorer, Scorer, features_matrix  # noqa: E402
+from app.features.declaration import FEATURE_NAMES
+from app.scoring.binding import BoundScorer, bucket_sizes
+from app.scoring.hybrid import NEVER, GpuOptions, HybridScorer, hybrid
+from app.scoring.metrics import ProviderTally
+from app.scoring.scorer import CUDA, OnnxScorer, Scorer, features_matrix
 
 DEFAULT_SIZES = ",".join(str(s) for s in bucket_sizes(4096))
 COMPARE_SIZES = "1,64,4096"
@@ -167,7 +165,7 @@ def conversion_rate(matrix: np.ndarray, size: int, seconds: float,
 
 
 def _asarray_conversion(rows: list[Vector]) -> np.ndarray:
-    """features_matrix before this change: a nested np.asarray, the baseline of the ratio."""
+    """A nested np.asarray (the conversion features_matrix replaces), the baseline of the ratio."""
     wide = np.asarray(rows, dtype=np.float64)
     if not np.isfinite(wide).all():
         raise ValueError("non-finite")

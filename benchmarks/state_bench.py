@@ -35,20 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
-
-from app.datagen.config import GeneratorConfig  # noqa: E402
-from app.datagen.generator import generate_log  # noqa: E402
-from app.kafka import topics  # noqa: E402
-from app.kafka.sink import partition_for  # noqa: E402
-from app.kafka.topics import ensure_topics  # noqa: E402
-from app.security.kafka import kafka_client_kwargs  # noqa: E402
-from app.settings import Settings, load_settings  # noqa: E402
-from tests.support.pipeline import drop_quietly, replay, wait_drained  # noqa: E402
-from tests.support.procs import (  # noqa: E402
+from app.datagen.config import GeneratorConfig
+from app.datagen.generator import generate_log
+from app.harness.pipeline import drop_quietly, replay, wait_drained
+from app.harness.procs import (
     Spawned,
     free_port,
     settings_env,
@@ -56,6 +48,11 @@ from tests.support.procs import (  # noqa: E402
     wait_all_assigned,
     wait_until,
 )
+from app.kafka import topics
+from app.kafka.sink import partition_for
+from app.kafka.topics import ensure_topics
+from app.security.kafka import kafka_client_kwargs
+from app.settings import Settings, load_settings
 
 _RESTORED = re.compile(r"restored (\d+) changelog records of \d+ partitions in ([\d.]+)s")
 

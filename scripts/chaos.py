@@ -1,13 +1,8 @@
-"""Kept for old notes: the same as `fraudstream chaos` (run from the repository root)."""
+"""A shim for `fraudstream chaos`: `python scripts/chaos.py [SCENARIO]` runs the same command."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from app.cli.chaos import chaos  # noqa: E402
+from app.cli.chaos import chaos
 
 if __name__ == "__main__":
     chaos()

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.harness.pipeline import drop_quietly
 from app.kafka.topics import ensure_topics
 from app.settings import Settings, load_settings
-from tests.support.pipeline import drop_quietly
 
 
 @pytest.fixture(scope="session")

@@ -11,30 +11,24 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final, Literal
 
 import orjson
 
+from app.errors import FieldError
+from app.ids import ID_RE, ID_RULE
+
 Decision = Literal["release", "confirm"]
 DECISIONS: Final[tuple[Decision, ...]] = ("release", "confirm")
-#: An analyst's Idempotency-Key: chosen by the client (a UUID, a ticket number, ...).
-DECISION_KEY_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
-_TXN_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 MAX_REASON_CHARS: Final = 500
 FINGERPRINT_SCHEME: Final = "fraudstream.decision-fingerprint.v1"
 _FIELDS: Final = {"release": ("reason",), "confirm": ("reason", "txn_id")}
 
 
-class DecisionError(ValueError):
+class DecisionError(FieldError):
     """A decision body that is not acceptable; `field` names the culprit (answered 422)."""
-
-    def __init__(self, field: str | None, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +61,8 @@ class DecisionRequest:
             raise DecisionError("reason", f"reason: at most {MAX_REASON_CHARS} printable "
                                 "characters")
         txn_id = body.get("txn_id")
-        if txn_id is not None and (not isinstance(txn_id, str) or not _TXN_ID_RE.fullmatch(txn_id)):
-            raise DecisionError("txn_id", "txn_id: must be 1..64 characters of [A-Za-z0-9_.:-]")
+        if txn_id is not None and (not isinstance(txn_id, str) or not ID_RE.fullmatch(txn_id)):
+            raise DecisionError("txn_id", f"txn_id: must be {ID_RULE}")
         return cls(decision, card_id, reason, txn_id)
 
     def fingerprint(self, key: str) -> str:

@@ -7,22 +7,23 @@ from typing import Any, Final
 from app.action_service.openapi_lists import list_paths, list_schemas
 from app.action_service.openapi_rules import rule_paths, rule_schemas
 from app.actions.action import DECIDED_BY, MAX_TS_MS, OPTIONAL_FIELDS
+from app.ids import ID_ANCHORED, ID_PATTERN
 from app.transactions.contract import MIN_TS_MS
 
 _ID: Final = {
     "type": "string",
-    "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
+    "pattern": ID_ANCHORED,
     "minLength": 1,
     "maxLength": 64,
 }
 _KEY: Final = {"type": "string", "pattern": "^[0-9a-f]{32}$", "minLength": 32, "maxLength": 32}
-_DECISION_KEY: Final = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
+_DECISION_KEY: Final = {"type": "string", "pattern": ID_ANCHORED,
                         "minLength": 1, "maxLength": 64}
 _TS: Final = {"type": "integer", "format": "int64", "minimum": MIN_TS_MS, "maximum": MAX_TS_MS}
 _MS: Final = {"type": "integer", "format": "int64"}
 _JSON: Final = "application/json"
 _DECIDED_BY: Final = {"type": "string", "enum": list(DECIDED_BY)}
-_RULE: Final = {"type": "string", "pattern": "^((allow|block):(card|merchant):[A-Za-z0-9_.:-]{1,64}"
+_RULE: Final = {"type": "string", "pattern": f"^((allow|block):(card|merchant):{ID_PATTERN}"
                                               "|[a-z0-9][a-z0-9_-]{0,63}@[1-9][0-9]{0,8})$"}
 
 

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from app.action_service.list_routes import MAX_LIST_BODY_BYTES
+from app.ids import ID_ANCHORED
 
 _ID: Final = {
     "type": "string",
-    "pattern": "^[A-Za-z0-9_.:-]{1,64}$",
+    "pattern": ID_ANCHORED,
     "minLength": 1,
     "maxLength": 64,
 }

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from app.action_service.reviews import MAX_LIMIT
 from app.action_service.rule_routes import MAX_RULE_BODY_BYTES
+from app.ids import ID_ANCHORED
 from app.rules.rule import RULE_ACTIONS, RULE_MODES
 
 _MS: Final = {"type": "integer", "format": "int64"}
@@ -168,7 +169,7 @@ def rule_paths(ok: Callable[..., dict[str, Any]], error: Callable[..., dict[str,
                                     {"name": "Idempotency-Key", "in": "header",
                                      "required": True,
                                      "schema": {"type": "string",
-                                                "pattern": "^[A-Za-z0-9_.:-]{1,64}$"}}],
+                                                "pattern": ID_ANCHORED}}],
                      "requestBody": {"required": True,
                                      "content": {_JSON: {"schema": _ref("ReviewCloseBody")}}},
                      "responses": {"201": ok("Closed.", "ReviewClose"),

@@ -29,6 +29,7 @@ another shard, and it tells GET /v1/actions/{key} which card shard holds the rec
 is derived from (type, txn_id) and names no card). On a single Redis the apply script checks
 and writes it with the rest; on a cluster a claim call on the key's master comes first.
 
+The prefixes (before the first `:`) are app.keyspace's, which the secure stack's ACLs grant.
 The shard of a card is `crc32(card_id) % SHARDS`. Readers of "all effects" or "all alerts"
 merge the shards (see ledger.py). Changing any name or the shard count moves every key: like
 a key scheme bump, it needs an empty Redis.
@@ -66,9 +67,6 @@ ALERTS_STREAMS: Final = tuple(keys[1] for keys in SHARD_KEYS)
 STATS_KEYS: Final = tuple(keys[2] for keys in SHARD_KEYS)
 #: Every shard's outbox of analyst labels, in shard order (same tag as the shard's cards).
 LABEL_STREAMS: Final = tuple(f"labels:{{{tag}}}" for tag in SHARD_TAGS)
-#: Key patterns of every key the service writes (for ACLs).
-KEY_PATTERNS: Final = ("idem:*", "card:*", "effects:*", "alerts:*", "stats:*", "claim:*",
-                       "labels:*", "reviews:*", "reviews_open:*", "review:*")
 #: Every shard's review queue and its open set, in shard order.
 REVIEW_STREAMS: Final = tuple(f"reviews:{{{tag}}}" for tag in SHARD_TAGS)
 REVIEWS_OPEN: Final = tuple(f"reviews_open:{{{tag}}}" for tag in SHARD_TAGS)

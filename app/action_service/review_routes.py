@@ -9,7 +9,6 @@ from typing import Final
 from aiohttp import web
 
 from app.action_service.appkeys import IN_FLIGHT, STORE
-from app.action_service.decisions import DECISION_KEY_RE
 from app.action_service.replies import error_reply, json_reply
 from app.action_service.reviews import (
     MAX_LIMIT,
@@ -18,6 +17,7 @@ from app.action_service.reviews import (
     ReviewQueue,
     parse_review_id,
 )
+from app.ids import ID_RE, ID_RULE
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,8 @@ async def close_review(request: web.Request, by: str) -> web.Response:
     key = request.headers.get("Idempotency-Key", "")
     if not key:
         return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
-    if not DECISION_KEY_RE.fullmatch(key):
-        return error_reply(422, "Idempotency-Key: must be 1..64 characters of [A-Za-z0-9_.:-]",
+    if not ID_RE.fullmatch(key):
+        return error_reply(422, f"Idempotency-Key: must be {ID_RULE}",
                            "Idempotency-Key")
     try:
         shard, entry_id = parse_review_id(request.match_info["review_id"])

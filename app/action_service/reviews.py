@@ -28,6 +28,7 @@ from app.action_service.redis_keys import (
     SHARDS,
     review_close_keys,
 )
+from app.errors import FieldError
 
 ReviewOutcome = Literal["fraud", "legitimate"]
 OUTCOMES: Final[tuple[ReviewOutcome, ...]] = ("fraud", "legitimate")
@@ -39,13 +40,8 @@ FINGERPRINT_SCHEME: Final = "fraudstream.review-close-fingerprint.v1"
 _CLOSE_FIELDS: Final = ("outcome", "reason")
 
 
-class ReviewError(ValueError):
+class ReviewError(FieldError):
     """A request that is not acceptable; `field` names the culprit (answered 422)."""
-
-    def __init__(self, field: str | None, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field
-        self.reason = reason
 
 
 def parse_review_id(review_id: str) -> tuple[int, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 import time
 from typing import Final
 
@@ -14,7 +13,6 @@ from redis.exceptions import RedisError
 
 from app.action_service.appkeys import IN_FLIGHT, METRICS, SETTINGS, STORE, TOKENS
 from app.action_service.decisions import (
-    DECISION_KEY_RE,
     Decision,
     DecisionError,
     DecisionRequest,
@@ -29,13 +27,13 @@ from app.action_service.rule_routes import get_rule, get_rules, patch_rule, post
 from app.action_service.store import render_card, render_record, render_result
 from app.actions.action import Action, ActionError
 from app.actions.key import KEY_RE
+from app.ids import ID_RE, ID_RULE
 from app.security.tokens import Access
 
 logger = logging.getLogger(__name__)
 
 #: Largest accepted request body; larger ones are answered 413 without being read further.
 MAX_BODY_BYTES: Final = 64 * 1024
-_CARD_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _UNAUTHORIZED_HEADERS: Final = {"WWW-Authenticate": 'Bearer realm="fraudstream"'}
 
 
@@ -172,8 +170,8 @@ async def get_card(request: web.Request) -> web.Response:
     if _access(request) is None:
         return _unauthorized()
     card_id = request.match_info["card_id"]
-    if not _CARD_ID_RE.fullmatch(card_id):
-        return error_reply(422, "card_id: must be 1..64 characters of [A-Za-z0-9_.:-]", "card_id")
+    if not ID_RE.fullmatch(card_id):
+        return error_reply(422, f"card_id: must be {ID_RULE}", "card_id")
     fields, alerts, history = await request.app[STORE].card(card_id)
     return json_reply(render_card(card_id, fields, alerts, history))
 
@@ -199,12 +197,12 @@ def decision_handler(decision: Decision):  # noqa: ANN201 - an aiohttp handler
         key = request.headers.get("Idempotency-Key", "")
         if not key:
             return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
-        if not DECISION_KEY_RE.fullmatch(key):
-            return error_reply(422, "Idempotency-Key: must be 1..64 characters of "
-                               "[A-Za-z0-9_.:-]", "Idempotency-Key")
+        if not ID_RE.fullmatch(key):
+            return error_reply(422, f"Idempotency-Key: must be {ID_RULE}",
+                               "Idempotency-Key")
         card_id = request.match_info["card_id"]
-        if not _CARD_ID_RE.fullmatch(card_id):
-            return error_reply(422, "card_id: must be 1..64 characters of [A-Za-z0-9_.:-]",
+        if not ID_RE.fullmatch(card_id):
+            return error_reply(422, f"card_id: must be {ID_RULE}",
                                "card_id")
         raw = await _read_body(request)
         if isinstance(raw, web.Response):

@@ -11,19 +11,20 @@ import orjson
 
 from app.actions.explanation import Contribution, ExplanationError, parse_explanation
 from app.actions.key import ACTION_TYPES, KEY_RE, ActionType, idempotency_key
+from app.errors import FieldError
+from app.ids import ID_PATTERN, ID_RE, ID_RULE
 from app.transactions.contract import MIN_TS_MS
 
 #: 2100-01-01T00:00:00Z: a generous upper bound that keeps every ms timestamp exact in a
 #: double (Redis Lua numbers) and rejects obviously wrong units (µs, ns).
 MAX_TS_MS: Final = 4_102_444_800_000
-_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _MODEL_VERSION_RE: Final = re.compile(r"[\x20-\x7e]{1,128}")
 #: Who decided an action: the model's score and policy, an allow/block list entry that
 #: overrode them (app.scoring.lists), or a rule (app.rules).
 DecidedBy = Literal["model", "allow_list", "block_list", "rule"]
 DECIDED_BY: Final[tuple[DecidedBy, ...]] = ("model", "allow_list", "block_list", "rule")
 #: How an action names the list entry that decided it: "<list>:<kind>:<id>".
-RULE_RE: Final = re.compile(r"(allow|block):(card|merchant):[A-Za-z0-9_.:\-]{1,64}")
+RULE_RE: Final = re.compile(f"(allow|block):(card|merchant):{ID_PATTERN}")
 #: How an action names the rule version that decided it: "<rule id>@<version>".
 RULE_VERSION_RE: Final = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}@[1-9][0-9]{0,8}")
 
@@ -39,19 +40,17 @@ ActionErrorCode = Literal[
 ]
 
 
-class ActionError(ValueError):
+class ActionError(FieldError):
     """An action broke the contract: a stable `code`, the offending `field` and a `reason`."""
 
     def __init__(self, code: ActionErrorCode, field: str | None, reason: str) -> None:
-        super().__init__(reason)
+        super().__init__(field, reason)
         self.code: ActionErrorCode = code
-        self.field = field
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """One decided action, exactly the actions contract of design.md, plus an optional
+    """One decided action, exactly the actions contract (docs/contract.md), plus an optional
     `explanation` (its top contributing features, app.scoring.explain), who decided it
     (`decided_by`: the model, or an allow/block list entry named by `rule`). None of these is
     part of the action's identity (key, fingerprint): a replay with or without them, or decided
@@ -207,8 +206,8 @@ def _validate(obj: Any) -> Action:
         )
     if action_type not in ACTION_TYPES:
         raise ActionError("bad_format", "type", f"type: must be one of {', '.join(ACTION_TYPES)}")
-    card_id = _string(obj, "card_id", _ID_RE, "1..64 characters of [A-Za-z0-9_.:-]")
-    txn_id = _string(obj, "txn_id", _ID_RE, "1..64 characters of [A-Za-z0-9_.:-]")
+    card_id = _string(obj, "card_id", ID_RE, ID_RULE)
+    txn_id = _string(obj, "txn_id", ID_RE, ID_RULE)
     key = obj["idempotency_key"]
     # the derived key is always 32 lower-case hex characters, so a key equal to it needs no
     # format check; only one that differs is checked, to name the right error

@@ -11,9 +11,15 @@ import click
 import orjson
 
 from app.cli.errors import require_parent_dir
+from app.cli.options import (
+    INPUT_FILE,
+    OUTPUT_FILE,
+    labels_option,
+    log_options,
+    model_dir_option,
+    model_option,
+)
 
-_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
-_OUT = click.Path(dir_okay=False, writable=True, path_type=Path)
 #: Changed actions printed (all of them go to --diff-out).
 SHOWN_CHANGES = 20
 
@@ -130,38 +136,31 @@ def render(comparison: Any, *, shown: int = SHOWN_CHANGES) -> list[str]:  # noqa
 
 
 @click.command("backtest", context_settings={"max_content_width": 120})
-@click.option("--events", required=True, type=_FILE,
-              help="Transaction log in log order (.jsonl or .parquet).")
-@click.option("--labels", "labels_path", required=True, type=_FILE,
-              help="Labels (.jsonl or .parquet, as `fraudstream labels` reads them).")
-@click.option("--policy", "policy_path", type=_FILE, default=None,
+@log_options()
+@labels_option("Labels (.jsonl or .parquet, as `fraudstream labels` reads them).",
+               required=True, dest="labels_path")
+@click.option("--policy", "policy_path", type=INPUT_FILE, default=None,
               help='Candidate policy: JSON {"freeze": F, "alert": A} (either may be left out: '
               "the active one's). Without it, only the active policy is measured.")
-@click.option("--model", "version", default=None,
-              help="Model version [default: the one named by <model dir>/DEFAULT].")
-@click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Model directory [default: FRAUDSTREAM_MODEL_DIR].")
-@click.option("--lists", "lists_path", type=_FILE, default=None,
+@model_option()
+@model_dir_option()
+@click.option("--lists", "lists_path", type=INPUT_FILE, default=None,
               help="Allow/block lists applied to both policies: JSONL of entries, as "
               "`fraudstream lists show --json` prints them [default: none].")
-@click.option("--active-rules", "active_rules_path", type=_FILE, default=None,
+@click.option("--active-rules", "active_rules_path", type=INPUT_FILE, default=None,
               help="The rules in force (JSONL, as `fraudstream rules show --json` prints "
               "them) [default: none].")
-@click.option("--rules", "rules_path", type=_FILE, default=None,
+@click.option("--rules", "rules_path", type=INPUT_FILE, default=None,
               help="Candidate rules, in place of the active ones for the candidate (JSONL: "
               "rules as `rules show --json` prints them, or {id, expression, action[, mode, "
               "order]}); prints each rule's hits, precision, recall, fraud amount caught, cards "
               "frozen wrongly and overlaps.")
-@click.option("--out-actions", type=_OUT, default=None,
+@click.option("--out-actions", type=OUTPUT_FILE, default=None,
               help="Write the active policy's actions (JSONL, as the pipeline emits them).")
-@click.option("--diff-out", type=_OUT, default=None,
+@click.option("--diff-out", type=OUTPUT_FILE, default=None,
               help="Write every action that changes (JSONL: change, fraud, the action).")
-@click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
-              help="Allowed lateness L [default: FRAUDSTREAM_ALLOWED_LATENESS_MS].")
-@click.option("--now-ms", type=int, default=None,
-              help="Validator clock in ms since epoch [default: the wall clock].")
 def backtest(events: Path, labels_path: Path, policy_path: Path | None, version: str | None,
-             model_dir: Path | None, lists_path: Path | None, active_rules_path: Path | None,
+             model_dir: Path, lists_path: Path | None, active_rules_path: Path | None,
              rules_path: Path | None, out_actions: Path | None, diff_out: Path | None,
              lateness_ms: int | None, now_ms: int | None) -> None:
     """Run a log through the pipeline's features, model, lists and policy offline and print,
@@ -184,7 +183,7 @@ def backtest(events: Path, labels_path: Path, policy_path: Path | None, version:
                                  param_hint="--events")
     settings = load_settings()
     clock = int(time.time() * 1000) if now_ms is None else now_ms
-    registry = ModelRegistry(settings.model_dir if model_dir is None else model_dir, device="cpu")
+    registry = ModelRegistry(model_dir, device="cpu")
     try:
         loaded = registry.load(version)
         active = loaded.thresholds.override(freeze=settings.freeze_threshold,

@@ -11,17 +11,10 @@ import click
 
 from app.settings import load_settings
 
-#: The scenarios live with the fault suite (tests/fault) of a source checkout.
-_ROOT = Path(__file__).resolve().parents[2]
-
 
 def _scenarios() -> dict[str, Any]:
-    if not (_ROOT / "tests" / "fault" / "scenarios.py").is_file():
-        raise click.ClickException(f"the fault scenarios are not here ({_ROOT / 'tests/fault'}):"
-                                   " chaos runs from a source checkout")
-    if str(_ROOT) not in sys.path:
-        sys.path.insert(0, str(_ROOT))
-    from tests.fault.scenarios import SCENARIOS
+    """The fault suite's scenarios (app.harness, imported only when chaos runs: it is heavy)."""
+    from app.harness.scenarios import SCENARIOS
 
     return SCENARIOS
 
@@ -45,8 +38,8 @@ def chaos(scenario: str | None, show: bool) -> None:
     if scenario not in scenarios:
         raise click.ClickException(f"no scenario {scenario!r}: `fraudstream chaos --list` "
                                    f"lists them")
+    from app.harness.topology import run_scenario
     from app.stack.manager import Stack
-    from tests.support.topology import run_scenario
 
     spec = scenarios[scenario]
     stack = Stack(load_settings())

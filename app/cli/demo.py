@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -17,9 +14,11 @@ import click
 from rich.console import Console
 
 from app.cli.kept import KeptRun, kept_runs, stop_run
+from app.cli.summary import currencies_of
 from app.kafka import topics
 from app.security.tokens import client_token
-from app.settings import Settings, load_settings, settings_environ
+from app.settings import Settings, load_settings
+from app.stack.process import ChildProcess, free_port, settings_env
 
 console = Console()
 
@@ -67,7 +66,7 @@ def demo(cards: int, txns: int, malformed: float, seed: int, stop_stack: bool, k
     console.print(f"stack ready in {report.seconds['total']:.1f}s "
                   f"(kafka {base.effective_kafka_bootstrap}, redis {base.effective_redis_url})")
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
-    port = _free_port()
+    port = free_port()
     settings = base.replace(kafka_bootstrap=base.effective_kafka_bootstrap,
                             redis_url=base.effective_redis_url,
                             topic_prefix=f"demo-{stamp}.", app_id=f"fraudstream-demo-{stamp}",
@@ -92,9 +91,9 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
     from app.datagen.config import GeneratorConfig
     from app.datagen.generator import generate_log
     from app.kafka.inspect import read_topic, topic_sizes
+    from app.kafka.labelimport import send_labels
+    from app.kafka.replay import replay_messages
     from app.kafka.topics import ensure_topics
-    from app.transactions.labelfile import send_labels
-    from app.transactions.producer import replay_messages
 
     asyncio.run(ensure_topics(settings))
     workdir = settings.state_dir.resolve() / "demo" / settings.topic_prefix.rstrip(".")
@@ -116,7 +115,7 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
                   f"{counts.malformed:,} malformed + {counts.redelivered:,} redelivered",
                   highlight=False)
 
-    web_port = _free_port()
+    web_port = free_port()
     service = _spawn(settings, workdir, "action-service",
                      ["action-service", "--port", str(settings.action_service_port)], keep)
     worker = _spawn(settings, workdir, "worker",
@@ -134,11 +133,12 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
         dlq = asyncio.run(read_topic(settings, settings.topic(topics.TRANSACTIONS_DLQ)))
         actions = asyncio.run(read_topic(settings, settings.topic(topics.ACTIONS)))
         frozen = _frozen_cards(settings, actions)
-        ok = render_summary(settings, sizes, dlq, actions, frozen, workdir)
+        ok = render_summary(settings, sizes, dlq, actions, frozen, workdir,
+                            currencies_of(lines, {str(v.get("txn_id")) for v in frozen}))
     finally:
         if not (keep and ok):
             for proc in procs.values():
-                _stop(proc)
+                proc.stop(timeout_s=30)
     if keep and ok:
         run = KeptRun(workdir=str(workdir), topic_prefix=settings.topic_prefix,
                       app_id=settings.app_id, service_url=settings.action_service_url,
@@ -152,7 +152,7 @@ def _run(settings: Settings, *, cards: int, txns: int, malformed: float, seed: i
     return ok
 
 
-def _wait_drained(settings: Settings, procs: dict[str, subprocess.Popen[bytes]], workdir: Path,
+def _wait_drained(settings: Settings, procs: dict[str, ChildProcess], workdir: Path,
                   timeout_s: int) -> bool:
     """Poll consumer lag on transactions and actions until both are 0, with a deadline."""
     from app.kafka.inspect import group_lag
@@ -165,7 +165,7 @@ def _wait_drained(settings: Settings, procs: dict[str, subprocess.Popen[bytes]],
             status.update(f"worker consuming and dispatching… lag {lag}")
             if lag == 0:
                 return True
-            dead = [name for name, p in procs.items() if p.poll() is not None]
+            dead = [name for name, p in procs.items() if not p.alive()]
             if time.monotonic() > deadline or dead:
                 console.print(f"[red]the pipeline did not drain (lag {lag}; exited: {dead}).[/red]"
                               f" Logs in {workdir}")
@@ -189,8 +189,10 @@ def _frozen_cards(settings: Settings, actions: list) -> list[dict]:  # noqa: ANN
 
 
 def render_summary(settings: Settings, sizes: dict[str, int], dlq: list, actions: list,
-                   frozen: list[dict], workdir: Path) -> bool:
-    """Print what the run did in a dozen lines; True when every message is accounted for."""
+                   frozen: list[dict], workdir: Path,
+                   currencies: dict[str, str] | None = None) -> bool:
+    """Print what the run did in a dozen lines; True when every message is accounted for.
+    `currencies`: txn_id -> currency of the freezing transactions (their money's unit)."""
     import orjson
 
     from app.cli.summary import summarise
@@ -201,7 +203,7 @@ def render_summary(settings: Settings, sizes: dict[str, int], dlq: list, actions
     decoded = [orjson.loads(r.value) for r in actions]
     summary = summarise(settings.topic_prefix, sizes, reasons,
                         [(a["idempotency_key"], a["type"]) for a in decoded], frozen,
-                        "frozen-cards.jsonl")
+                        "frozen-cards.jsonl", currencies)
     for line in summary.lines:
         console.print(line, highlight=False, markup=False)
     style = "green" if summary.balanced else "red"
@@ -221,17 +223,13 @@ def shown_path(path: Path) -> str:
 
 
 def _spawn(settings: Settings, workdir: Path, name: str, args: list[str],
-           keep: bool) -> subprocess.Popen[bytes]:
+           keep: bool) -> ChildProcess:
     """A demo child process, logging to workdir/NAME.log, ended by its PID when the demo ends.
 
     A kept one runs in its own session so that Ctrl-C in the demo's terminal does not reach it.
     """
-    env = settings_environ(settings)
-    env["PYTHONUNBUFFERED"] = "1"
-    with open(workdir / f"{name}.log", "ab") as out:
-        return subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "app.cli.main", *args], start_new_session=keep,
-            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return ChildProcess([sys.executable, "-m", "app.cli.main", *args], settings_env(settings),
+                        workdir / f"{name}.log", new_session=keep)
 
 
 def _stop_kept(settings: Settings) -> None:
@@ -242,19 +240,3 @@ def _stop_kept(settings: Settings) -> None:
         stopped = stop_run(run)
         console.print(f"{run.topic_prefix.rstrip('.')}: stopped "
                       f"{', '.join(stopped) or 'nothing (already gone)'}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -7,11 +7,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
+from app.cli.options import OUTPUT_FILE, labels_option, log_options, time_option
 from app.settings import load_settings
 
 if TYPE_CHECKING:
@@ -20,22 +21,7 @@ if TYPE_CHECKING:
     from app.features.merchant import MerchantTable
     from app.features.offline import OfflineResult
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-_EVENTS = click.Path(exists=True, dir_okay=False, path_type=Path)
-_OUT = click.Path(dir_okay=False, writable=True, path_type=Path)
-
-
-def _offline_options(fn: F) -> F:
-    fn = click.option("--now-ms", type=int, default=None,
-                      help="Validator clock (ms since epoch): event times above it + 1 day are "
-                      "malformed. Default: the wall clock at start.")(fn)
-    fn = click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
-                      help="Allowed lateness L in ms. Default: FRAUDSTREAM_ALLOWED_LATENESS_MS "
-                      "(must match the stream's).")(fn)
-    return click.option("--events", required=True, type=_EVENTS,
-                        help="Transaction log in log order: .jsonl (one message per line) or "
-                        ".parquet.")(fn)
+_EVENTS_HELP = "Transaction log in log order: .jsonl (one message per line) or .parquet."
 
 
 @contextmanager
@@ -115,8 +101,8 @@ def _write(table: pa.Table, out: Path) -> None:
 
 
 @click.command("features")
-@_offline_options
-@click.option("--out", required=True, type=_OUT, help="Output: .parquet or .jsonl.")
+@log_options(_EVENTS_HELP)
+@click.option("--out", required=True, type=OUTPUT_FILE, help="Output: .parquet or .jsonl.")
 def features(events: Path, lateness_ms: int | None, now_ms: int | None, out: Path) -> None:
     """One row of features per accepted transaction, in log order (txn_id, card_id, ts_ms, ...).
 
@@ -129,14 +115,12 @@ def features(events: Path, lateness_ms: int | None, now_ms: int | None, out: Pat
 
 
 @click.command("training-set")
-@_offline_options
-@click.option("--labels", required=True, type=_EVENTS,
-              help='JSONL of {"txn_id", "label", "label_ts_ms"} or label rows as `fraudstream '
-              'labels` reads them (those naming merchant_id and ts_ms feed the merchant '
-              'features).')
-@click.option("--out", required=True, type=_OUT, help="Output: .parquet or .jsonl.")
-@click.option("--as-of", "as_of", type=int, default=None,
-              help="Use only labels known by then (label_ts_ms <= AS_OF, ms since epoch).")
+@log_options(_EVENTS_HELP)
+@labels_option('JSONL of {"txn_id", "label", "label_ts_ms"} or label rows as `fraudstream '
+               'labels` reads them (those naming merchant_id and ts_ms feed the merchant '
+               'features).', required=True)
+@click.option("--out", required=True, type=OUTPUT_FILE, help="Output: .parquet or .jsonl.")
+@time_option("--as-of", "as_of", "Use only labels known by then (label_ts_ms <= AS_OF).")
 def training_set(events: Path, lateness_ms: int | None, now_ms: int | None, labels: Path,
                  out: Path, as_of: int | None) -> None:
     """Labels joined point-in-time to the features their transaction was served."""
@@ -165,7 +149,7 @@ def _served_rows(source: str) -> Iterator[object]:
                     except orjson.JSONDecodeError:
                         yield line  # counted as an invalid served row
         return
-    from app.stream.served import iter_served_rows
+    from app.stream.engine.served import iter_served_rows
 
     yield from iter_served_rows(load_settings(), source)  # bytes: not a served row (invalid)
 
@@ -173,12 +157,11 @@ def _served_rows(source: str) -> Iterator[object]:
 @click.command("audit-skew")
 @click.option("--served", required=True,
               help="Served rows: a JSONL file, or else the name of a Kafka topic to read.")
-@_offline_options
+@log_options(_EVENTS_HELP)
 @click.option("--examples", type=click.IntRange(min=0), default=3, show_default=True,
               help="Mismatch examples shown per feature.")
-@click.option("--labels", type=_EVENTS, default=None,
-              help="The label log the workers read (JSONL or Parquet label rows): the merchant "
-              "features are recomputed from it (without: as without any label).")
+@labels_option("The label log the workers read (JSONL or Parquet label rows): the merchant "
+               "features are recomputed from it (without: as without any label).")
 def audit_skew(served: str, events: Path, lateness_ms: int | None, now_ms: int | None,
                examples: int, labels: Path | None) -> None:
     """Recompute features offline and compare every served vector bit for bit (exit 1 on skew)."""

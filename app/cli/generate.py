@@ -12,7 +12,8 @@ import click
 from click.core import ParameterSource
 
 from app.cli.errors import require_parent_dir
-from app.datagen.config import DEFAULT_START_MS, MAX_DAYS, GeneratorConfig, parse_time_ms
+from app.cli.options import OUTPUT_FILE, now_option, time_option
+from app.datagen.config import DEFAULT_START_MS, MAX_DAYS, GeneratorConfig
 from app.datagen.generator import generate_log
 from app.datagen.log import LogCounts
 from app.datagen.writer import output_format, write_chunks, write_log
@@ -24,19 +25,6 @@ if TYPE_CHECKING:
     from app.datagen.handbook import HandbookDataset
 
 log = logging.getLogger(__name__)
-
-
-class _TimeParam(click.ParamType):
-    name = "TIME"
-
-    def convert(self, value: object, param: click.Parameter | None,
-                ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_time_ms(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 _FRACTION = click.FloatRange(0.0, 1.0)
@@ -65,15 +53,14 @@ _HANDBOOK_ONLY = ("customers", "terminals")
               help="Number of distinct transactions (redeliveries and bad messages come on top).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Random seed: same arguments and seed give byte-identical files.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("--out", type=OUTPUT_FILE, required=True,
               help="Transactions file: Parquet if it ends in .parquet, else JSONL.")
-@click.option("--labels", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--labels", type=OUTPUT_FILE, default=None,
               help="Labels JSONL file {txn_id, label, label_ts_ms} (handbook: a label row "
                    "per transaction, reported 7 days after it) [default: OUT's stem + "
                    ".labels.jsonl].")
-@click.option("--start", type=_TimeParam(), default=DEFAULT_START_MS,
-              help="First event time: ISO date/datetime (UTC if no zone) or ms since epoch "
-                   "[default: 2026-01-01T00:00:00Z].")
+@time_option("--start", "start", "First event time [default: 2026-01-01T00:00:00Z].",
+             default=DEFAULT_START_MS)
 @click.option("--days", type=click.IntRange(min=1, max=MAX_DAYS), default=14, show_default=True,
               help="Days of event time the log covers [handbook default: 183].")
 @click.option("--out-of-order", type=_FRACTION, default=0.0, show_default=True,
@@ -88,9 +75,8 @@ _HANDBOOK_ONLY = ("customers", "terminals")
               help="Share of transactions that are fraud (approximate: incidents are whole).")
 @click.option("--merchants", type=click.IntRange(min=1), default=None,
               help="Merchant population [default: sized from --cards].")
-@click.option("--now", "now_ms", type=_TimeParam(), default=None,
-              help="Validator clock the bad messages are built against (far-future event "
-                   "times) [default: end of data + 1 day].")
+@now_option("Validator clock the bad messages are built against (far-future event times) "
+            "[default: end of data + 1 day].")
 @click.option("--drift", "drift_spec", default=None, metavar="SPEC",
               help="Drift from a point in event time: comma-separated KEY=VALUE, from=TIME, "
                    "amount=xF (amounts scaled), country=CC:SHARE (a new country mix), "

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Final
+
+from app.stack.process import command_shows, terminate
 
 #: One file per kept demo run, under <state dir>/demo/<run>/.
 KEPT_FILE = "kept.json"
+#: What a kept process's command line shows while it is still ours (not a reused PID).
+MARKERS: Final = ("app.cli.main",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,16 +37,18 @@ class KeptRun:
         return f"FRAUDSTREAM_TOPIC_PREFIX={self.topic_prefix} FRAUDSTREAM_APP_ID={self.app_id}"
 
     def look_around(self, token: str, card_id: str | None) -> list[str]:
-        """The lines the demo ends with: where things are and the next commands (files: above)."""
+        """The lines the demo ends with: where things are and the next commands (files: above);
+        as many lines as fit the demo's one screen (tests/integration/cli/test_demo.py)."""
         card = card_id or "<card_id>"
         return [
             f"action service  {self.service_url}  (token: {token}; pid {self.pids['action service']})",
             f"worker          {self.worker_url}/metrics  (pid {self.pids['worker']})",
-            "",
             "Look around:",
             "  fraudstream watch --demo   # live: events/s, lag, latency per hop, effects",
             f"  curl -s -H 'Authorization: Bearer {token}' {self.service_url}/v1/cards/{card}",
             f"  curl -s {self.worker_url}/metrics | grep fraudstream_hop_seconds_count",
+            # lists, rules and reviews find the action service by this variable (a random port)
+            f"  export FRAUDSTREAM_ACTION_SERVICE_URL={self.service_url}; fraudstream lists show",
             "  fraudstream demo --stop   # stops the worker and the action service",
             "  fraudstream stack down    # then Kafka and Redis",
         ]
@@ -59,27 +63,15 @@ def kept_runs(state_dir: Path) -> list[KeptRun]:
     return runs
 
 
-def _is_ours(pid: int) -> bool:
-    """True when `pid` still runs a fraudstream command (not a reused PID)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"app.cli.main" in cmdline
-
-
 def stop_run(run: KeptRun, timeout_s: float = 30.0) -> list[str]:
-    """SIGTERM the run's recorded PIDs (only while they still run our command), then forget it."""
+    """SIGTERM the run's recorded PIDs (only while they still run our command), SIGKILL after
+    the timeout, then forget the run."""
     stopped = []
     for name, pid in run.pids.items():
-        if not _is_ours(pid):
+        if not command_shows(pid, MARKERS):
             continue
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _is_ours(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)  # waiting for a clean shutdown, with a deadline
-        if _is_ours(pid):
-            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it exited since we looked
+            terminate(pid, name, timeout_s=timeout_s)
         stopped.append(f"{name} (pid {pid})")
     (Path(run.workdir) / KEPT_FILE).unlink(missing_ok=True)
     return stopped

@@ -15,7 +15,6 @@ from app.settings import describe_settings
 COMMANDS: dict[str, str] = {
     "stack": "app.cli.stack:stack",
     "topics": "app.cli.stack:topics",
-    "secure-stack": "app.cli.secure_stack:secure_stack",
     "generate": "app.cli.generate:generate",
     "replay": "app.cli.replay:replay",
     "labels": "app.cli.labels:labels",
@@ -31,11 +30,16 @@ COMMANDS: dict[str, str] = {
     "audit-skew": "app.cli.features:audit_skew",
     "action-service": "app.cli.action_service:action_service",
     "dispatcher": "app.cli.worker:dispatcher",
-    "train": "app.cli.model:train",
     "model": "app.cli.model:model",
     "score": "app.cli.score:score",
     "watch": "app.cli.watch:watch",
     "chaos": "app.cli.chaos:chaos",
+}
+#: Old names that still run, not listed: `train` is `model train`, `secure-stack` is
+#: `stack --profile secure`.
+ALIASES: dict[str, str] = {
+    "train": "app.cli.model:train",
+    "secure-stack": "app.cli.stack:secure_stack",
 }
 
 
@@ -50,17 +54,15 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
+        target = COMMANDS.get(cmd_name) or ALIASES.get(cmd_name)
         if target is None:
             return None
         module_name, attr = target.split(":")
         try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None  # not built yet
-            raise
-        return getattr(module, attr)
+            command: click.Command = getattr(importlib.import_module(module_name), attr)
+        except Exception as exc:  # any failure to load: the command's own error, not "No such"
+            return unloadable(cmd_name, target, exc)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         """Run the command; an expected failure becomes one line and exit 1 (`-v`: traceback)."""
@@ -73,6 +75,23 @@ class LazyGroup(click.Group):
             if line is None or ctx.params.get("verbose", 0) > 0:
                 raise
             raise click.ClickException(line) from None
+
+
+def unloadable(name: str, target: str, exc: Exception) -> click.Command:
+    """A stand-in for a command whose module failed to load: running it (with any arguments,
+    --help included) is one error naming the command; `-v` shows the traceback."""
+    why = f"{type(exc).__name__}: {exc}"
+
+    def fail() -> None:
+        if click.get_current_context().find_root().params.get("verbose"):
+            raise exc
+        raise click.ClickException(f"the `{name}` command could not be loaded ({target}): {why}")
+
+    return click.Command(name, callback=fail, help=f"Could not be loaded: {why}",
+                         short_help=f"(could not be loaded: {type(exc).__name__})",
+                         add_help_option=False,
+                         context_settings={"ignore_unknown_options": True,
+                                           "allow_extra_args": True})
 
 
 def _settings_epilog() -> str:

@@ -1,4 +1,6 @@
-"""`fraudstream train` and `fraudstream model list|validate`: the model's offline commands."""
+"""`fraudstream model train | list | validate | activate | reference | drift | shadow | compare`:
+the model's commands (reference and drift in app.cli.model_drift, shadow and compare in
+app.cli.model_shadow)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,15 @@ from typing import Any, cast
 
 import click
 
+from app.cli.options import (
+    GROUP_MODEL_DIR,
+    MODEL_DIR,
+    labels_option,
+    log_options,
+    model_dir_option,
+    model_option,
+)
 from app.settings import load_settings
-
-_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
-_DIR = click.Path(file_okay=False, path_type=Path)
 
 
 def _file_id(path: Path) -> dict[str, Any]:
@@ -33,12 +40,9 @@ def _hidden(text: str) -> tuple[int, ...]:
 
 
 @click.command("train", context_settings={"max_content_width": 120})
-@click.option("--events", required=True, type=_FILE,
-              help="Transaction log in log order (.jsonl or .parquet).")
-@click.option("--labels", required=True, type=_FILE,
-              help='Labels JSONL {"txn_id", "label", "label_ts_ms"}.')
-@click.option("--out", type=_DIR, default=None,
-              help="Model directory [default: FRAUDSTREAM_MODEL_DIR].")
+@log_options()
+@labels_option('Labels JSONL {"txn_id", "label", "label_ts_ms"}.', required=True)
+@model_dir_option(old_names=("--out",))
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Random seed: same data and seed give a byte-identical model.onnx.")
 @click.option("--eval-fraction", type=click.FloatRange(0.05, 0.95), default=0.3,
@@ -71,13 +75,9 @@ def _hidden(text: str) -> tuple[int, ...]:
               show_default=True, help="Freeze threshold: lowest score with this precision.")
 @click.option("--alert-recall", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.9,
               show_default=True, help="Alert threshold: highest score with this recall.")
-@click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
-              help="Allowed lateness L [default: FRAUDSTREAM_ALLOWED_LATENESS_MS].")
-@click.option("--now-ms", type=int, default=None,
-              help="Validator clock in ms since epoch [default: the wall clock].")
 @click.option("--default/--no-default", "make_default", default=None,
               help="Make the new model the default [default: only if there is none yet].")
-def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction: float,
+def train(events: Path, labels: Path, model_dir: Path, seed: int, eval_fraction: float,
           algorithm: str, hidden: str, max_iter: int, n_estimators: int, learning_rate: float,
           num_leaves: int, max_depth: int | None, min_child_samples: int, subsample: float,
           colsample: float, scale_pos_weight: float | None, freeze_precision: float,
@@ -96,7 +96,6 @@ def train(events: Path, labels: Path, out: Path | None, seed: int, eval_fraction
     from app.scoring.trainer import Algorithm, TrainConfig, train_model
 
     settings = load_settings()
-    model_dir = settings.model_dir if out is None else out
     lateness = settings.allowed_lateness_ms if lateness_ms is None else lateness_ms
     now = int(time.time() * 1000) if now_ms is None else now_ms
     try:
@@ -161,16 +160,19 @@ def _pct(value: float | None) -> str:
 
 
 @click.group("model")
-@click.option("--model-dir", type=_DIR, default=None,
-              help="Model directory [default: FRAUDSTREAM_MODEL_DIR].")
+@click.option("--model-dir", type=MODEL_DIR, default=None, hidden=True,
+              help="The old place of each subcommand's --model-dir.")
 @click.pass_context
 def model(ctx: click.Context, model_dir: Path | None) -> None:
-    """Inspect and check the models in the model directory."""
-    ctx.obj = load_settings().model_dir if model_dir is None else model_dir
+    """Train, inspect, check, activate, watch and shadow the models of a model directory."""
+    ctx.meta[GROUP_MODEL_DIR] = model_dir
+
+
+model.add_command(train)
 
 
 @model.command("list")
-@click.pass_obj
+@model_dir_option()
 def list_models(model_dir: Path) -> None:
     """Every model version with its evaluation figures; * marks the default."""
     from app.scoring.contract import ModelError
@@ -200,12 +202,12 @@ def list_models(model_dir: Path) -> None:
 
 
 @model.command("validate")
-@click.argument("version")
+@model_option("The model version to check.", required=True, old="version")
+@model_dir_option()
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
               show_default=True, help="Execution provider to load on (auto: as the worker).")
-@click.pass_obj
 def validate(model_dir: Path, version: str, device: str) -> None:
-    """Load VERSION as the worker would (contract, checksum, graph ops) and score a probe."""
+    """Load model V as the worker would (contract, checksum, graph ops) and score a probe."""
     import numpy as np
 
     from app.features.declaration import FEATURE_NAMES
@@ -244,24 +246,24 @@ def validate(model_dir: Path, version: str, device: str) -> None:
 
 
 @model.command("activate")
-@click.argument("version")
+@model_option("The model version every worker switches to.", required=True, old="version")
+@model_dir_option()
 @click.option("--without-reference", is_flag=True,
               help="Activate a model whose card has no drift reference (its drift is then "
                    "not counted by the workers).")
-@click.pass_obj
 def activate(model_dir: Path, version: str, without_reference: bool) -> None:
-    """Switch every worker to VERSION without a restart (compacted control topic).
+    """Switch every worker to model V without a restart (compacted control topic).
 
-    VERSION is validated here first (its card must carry a drift reference, see `model
+    V is validated here first (its card must carry a drift reference, see `model
     reference`); each worker validates it again and swaps it in between batches, or refuses it
     (logged, counted) and keeps serving the model it has.
     """
     import asyncio
 
     from app.control.publisher import publish_activation
-    from app.drift.reference import DriftReference
     from app.kafka.topics import ensure_topics
     from app.scoring.contract import ModelError
+    from app.scoring.drift_reference import DriftReference
     from app.scoring.registry import ModelRegistry
 
     try:

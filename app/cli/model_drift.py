@@ -8,34 +8,37 @@ from pathlib import Path
 
 import click
 
+from app.cli.options import (
+    labels_option,
+    log_options,
+    model_dir_option,
+    model_option,
+    time_option,
+)
 from app.settings import load_settings
-
-_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command("reference")
-@click.argument("version")
-@click.option("--events", required=True, type=_FILE,
-              help="The transaction log VERSION was trained on (.jsonl or .parquet).")
-@click.option("--labels", required=True, type=_FILE, help="Its labels JSONL.")
-@click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
-              help="Allowed lateness L [default: the card's, else FRAUDSTREAM_ALLOWED_LATENESS_MS].")
-@click.option("--now-ms", type=int, default=None,
-              help="Validator clock [default: the card's created_from.now_ms, else the wall "
-                   "clock].")
-@click.pass_obj
+@model_option("The model version whose reference is computed.", required=True, old="version")
+@model_dir_option()
+@log_options("The transaction log model V was trained on (.jsonl or .parquet).",
+             lateness_help="Allowed lateness L in ms [default: the card's, else "
+                           "FRAUDSTREAM_ALLOWED_LATENESS_MS].",
+             now_help="Validator clock [default: the card's created_from.now_ms, else the wall "
+                      "clock].")
+@labels_option("Its labels JSONL.", required=True)
 def reference(model_dir: Path, version: str, events: Path, labels: Path,
               lateness_ms: int | None, now_ms: int | None) -> None:
-    """Compute VERSION's drift reference from its training set and save it in its card.
+    """Compute model V's drift reference from its training set and save it in its card.
 
-    The training table is rebuilt as `train` built it (its fingerprint must be the card's);
+    The training table is rebuilt as `model train` built it (its fingerprint must be the card's);
     the card's split picks the training rows. The model file is not changed.
     """
     from app.drift.offline import reference_of_training_set
-    from app.drift.reference import CARD_KEY
     from app.features.offline import compute_features
     from app.features.training_set import build_training_set, read_labels
     from app.scoring.contract import ModelError
+    from app.scoring.drift_reference import CARD_KEY
     from app.scoring.registry import ModelRegistry
     from app.scoring.trainer import REFERENCE_SOURCE
 
@@ -63,26 +66,20 @@ def reference(model_dir: Path, version: str, events: Path, labels: Path,
 
 
 @click.command("drift")
-@click.argument("version", required=False)
-@click.option("--events", required=True, type=_FILE, help="Transaction log in log order.")
-@click.option("--until", "until", default=None,
-              help="Only events before this event time (ISO or ms), like a worker that has "
-                   "served the log up to there.")
-@click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
-              help="Allowed lateness L [default: FRAUDSTREAM_ALLOWED_LATENESS_MS].")
-@click.option("--now-ms", type=int, default=None,
-              help="Validator clock in ms since epoch [default: the wall clock].")
-@click.pass_obj
-def drift(model_dir: Path, version: str | None, events: Path, until: str | None,
+@model_option(old="version")
+@model_dir_option()
+@log_options()
+@time_option("--until", "until_ms", "Only events before this event time, like a worker that "
+             "has served the log up to there.")
+def drift(model_dir: Path, version: str | None, events: Path, until_ms: int | None,
           lateness_ms: int | None, now_ms: int | None) -> None:
     """PSI of every feature and the score over the 1 h and 24 h windows at the end of a log,
-    against VERSION's reference (default: DEFAULT), exactly as a worker that served it."""
-    from app.datagen.config import parse_time_ms
+    against model V's reference (default: DEFAULT), exactly as a worker that served it."""
     from app.drift.offline import drift_of_features
     from app.drift.psi import level
-    from app.drift.reference import DriftReference
     from app.features.offline import compute_features
     from app.scoring.contract import ModelError
+    from app.scoring.drift_reference import DriftReference
     from app.scoring.oracle import score_table
     from app.scoring.registry import ModelRegistry
 
@@ -92,10 +89,6 @@ def drift(model_dir: Path, version: str | None, events: Path, until: str | None,
         ref = DriftReference.of_card(loaded.card.raw, loaded.version)
     except ModelError as exc:
         raise click.ClickException(str(exc)) from None
-    try:
-        until_ms = None if until is None else parse_time_ms(until)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--until") from None
     offline = compute_features(
         events, allowed_lateness_ms=settings.allowed_lateness_ms if lateness_ms is None
         else lateness_ms, now_ms=int(time.time() * 1000) if now_ms is None else now_ms,

@@ -1,4 +1,4 @@
-"""`fraudstream model shadow VERSION|--stop` and `fraudstream model compare`."""
+"""`fraudstream model shadow --model V | --stop` and `fraudstream model compare`."""
 
 from __future__ import annotations
 
@@ -6,19 +6,18 @@ from pathlib import Path
 
 import click
 
+from app.cli.options import OUTPUT_FILE, labels_option, model_dir_option, model_option
 from app.settings import load_settings
-
-_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 @click.command("shadow")
-@click.argument("version", required=False)
+@model_option("The model version every worker also scores with.", old="version")
+@model_dir_option()
 @click.option("--stop", is_flag=True, help="End shadow scoring on every worker.")
-@click.pass_obj
 def shadow(model_dir: Path, version: str | None, stop: bool) -> None:
-    """Make every worker also score with VERSION, never acting on it (control topic).
+    """Make every worker also score with model V, never acting on it (control topic).
 
-    VERSION is validated here first; each worker loads and validates it again and starts
+    V is validated here first; each worker loads and validates it again and starts
     between batches (or refuses it, logged and counted). Both scores and both would-be
     decisions of every transaction go to `features.shadow`; `model compare` reads them.
     """
@@ -30,7 +29,7 @@ def shadow(model_dir: Path, version: str | None, stop: bool) -> None:
     from app.scoring.registry import ModelRegistry
 
     if stop == (version is not None):
-        raise click.UsageError("give a VERSION to shadow, or --stop (not both)")
+        raise click.UsageError("give --model V to shadow, or --stop (not both)")
     if version is not None:
         try:
             ModelRegistry(model_dir, device="cpu").load(version)
@@ -51,9 +50,8 @@ def _pct(value: float | None) -> str:
 
 
 @click.command("compare")
-@click.option("--labels", type=_FILE, default=None,
-              help='Labels JSONL {"txn_id", "label", "label_ts_ms"}: precision/recall of both.')
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@labels_option('Labels JSONL {"txn_id", "label", "label_ts_ms"}: precision/recall of both.')
+@click.option("--out", type=OUTPUT_FILE, default=None,
               help="Write every differing action as JSONL here.")
 @click.option("--show", type=click.IntRange(min=0), default=20, show_default=True,
               help="Differing actions printed.")
@@ -80,7 +78,7 @@ def compare_cmd(labels: Path | None, out: Path | None, show: int) -> None:
     result = compare(iter_shadow_rows(settings, topic), known)
     if result.transactions == 0:
         raise click.ClickException(f"no shadow rows in {topic}: start one with `fraudstream "
-                                   "model shadow VERSION` and let the workers score traffic")
+                                   "model shadow --model V` and let the workers score traffic")
     click.echo(f"active {', '.join(result.active_versions)} vs shadow "
                f"{', '.join(result.shadow_versions)} over {result.transactions:,} transactions")
     click.echo(f"agreement {result.agreement:.4%} ({result.agreeing:,} same decisions); "

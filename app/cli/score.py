@@ -11,10 +11,14 @@ import click
 import orjson
 
 from app.cli.errors import require_parent_dir
+from app.cli.options import (
+    OUTPUT_FILE,
+    labels_option,
+    log_options,
+    model_dir_option,
+    model_option,
+)
 from app.settings import load_settings
-
-_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
-_OUT = click.Path(dir_okay=False, writable=True, path_type=Path)
 
 
 def _write_jsonl(path: Path, lines: Iterable[bytes]) -> None:
@@ -28,30 +32,22 @@ def _write_jsonl(path: Path, lines: Iterable[bytes]) -> None:
 
 
 @click.command("score", context_settings={"max_content_width": 120})
-@click.option("--events", required=True, type=_FILE,
-              help="Transaction log in log order (.jsonl or .parquet).")
-@click.option("--out", required=True, type=_OUT, help="Actions JSONL, one action per line.")
-@click.option("--model", "version", default=None,
-              help="Model version [default: the one named by <model dir>/DEFAULT].")
-@click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Model directory [default: FRAUDSTREAM_MODEL_DIR].")
-@click.option("--served-out", type=_OUT, default=None,
+@log_options()
+@click.option("--out", required=True, type=OUTPUT_FILE, help="Actions JSONL, one action per line.")
+@model_option()
+@model_dir_option()
+@click.option("--served-out", type=OUTPUT_FILE, default=None,
               help="Also write every scored transaction (features, score, model_version) as "
               "features.served-shaped JSONL (audit-skew --served reads it).")
 @click.option("--freeze", type=click.FloatRange(0.0, 1.0), default=None,
               help="Override the card's freeze threshold.")
 @click.option("--alert", type=click.FloatRange(0.0, 1.0), default=None,
               help="Override the card's alert threshold.")
-@click.option("--lateness-ms", type=click.IntRange(min=0), default=None,
-              help="Allowed lateness L [default: FRAUDSTREAM_ALLOWED_LATENESS_MS].")
-@click.option("--now-ms", type=int, default=None,
-              help="Validator clock in ms since epoch [default: the wall clock].")
-@click.option("--labels", type=_FILE, default=None,
-              help="The label log the workers read (label rows as `fraudstream labels` reads "
-              "them): the merchant features come from it (without: as without any label).")
-def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
-          served_out: Path | None, freeze: float | None, alert: float | None,
-          lateness_ms: int | None, now_ms: int | None, labels: Path | None) -> None:
+@labels_option("The label log the workers read (label rows as `fraudstream labels` reads "
+               "them): the merchant features come from it (without: as without any label).")
+def score(events: Path, lateness_ms: int | None, now_ms: int | None, out: Path,
+          version: str | None, model_dir: Path, served_out: Path | None, freeze: float | None,
+          alert: float | None, labels: Path | None) -> None:
     """Score a log offline (same features, model and policy as the worker) → actions JSONL.
 
     Accepted transactions are scored once, in log order, on CPU; malformed and late lines
@@ -65,7 +61,7 @@ def score(events: Path, out: Path, version: str | None, model_dir: Path | None,
     for path, option in ((out, "--out"), (served_out, "--served-out")):
         require_parent_dir(path, option)
     settings = load_settings()
-    registry = ModelRegistry(settings.model_dir if model_dir is None else model_dir, device="cpu")
+    registry = ModelRegistry(model_dir, device="cpu")
     try:
         loaded = registry.load(version)
         thresholds = loaded.thresholds.override(freeze=freeze, alert=alert)

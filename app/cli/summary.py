@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.features.declaration import MONEY_FEATURE_NAMES
 from app.kafka import topics
+from app.transactions.money import decimals, units
 
 #: Frozen cards listed by name; the rest are counted (all of them are in frozen-cards.jsonl).
 FROZEN_ROWS = 3
@@ -40,21 +42,55 @@ def _fit(label: str, items: Sequence[str], *, sep: str = ", ", more: str = "+{} 
 
 
 def _number(value: float) -> str:
-    """A feature value in a few characters (1.2M, 35k, 7.25)."""
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e4, "k")):
+    """A feature value in a few characters (1.23M, 64.2k, 7.25): k is a thousand."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= size:
             return f"{value / size:.3g}{suffix}"
     return f"{value}" if isinstance(value, int) else f"{value:.3g}"
 
 
+def _money(minor: float, currency: str | None) -> str:
+    """An amount in minor units as its currency's units with the code (641.72 EUR, 12.3k USD);
+    without a currency, said to be in minor units."""
+    if currency is None:
+        return f"{_number(minor)} minor units"
+    amount = units(minor, currency)
+    shown = _number(amount) if abs(amount) >= 1e3 else f"{amount:.{decimals(currency)}f}"
+    return f"{shown} {currency}"
+
+
+def _value(name: str, value: float, currency: str | None) -> str:
+    return _money(value, currency) if name in MONEY_FEATURE_NAMES else _number(value)
+
+
+def currencies_of(lines: Iterable[bytes], txn_ids: Collection[str]) -> dict[str, str]:
+    """The currency of each of `txn_ids` in a transaction log's lines (bad lines skipped)."""
+    import orjson
+
+    found: dict[str, str] = {}
+    for line in lines:
+        try:
+            txn = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(txn, dict):
+            continue
+        txn_id, currency = txn.get("txn_id"), txn.get("currency")
+        if isinstance(txn_id, str) and txn_id in txn_ids and isinstance(currency, str):
+            found[txn_id] = currency
+    return found
+
+
 def summarise(prefix: str, sizes: Mapping[str, int], dlq_reasons: Counter[str],
               action_types: Sequence[tuple[str, str]], frozen: Sequence[Mapping[str, Any]],
-              frozen_file: str) -> DemoSummary:
+              frozen_file: str, currencies: Mapping[str, str] | None = None) -> DemoSummary:
     """The summary of a run on topics `prefix`*.
 
     `sizes`: messages per full topic name; `dlq_reasons`: dead letters by reason code;
     `action_types`: (idempotency key, type) of every message on the actions topic, copies
-    included; `frozen`: the action service's view of every card the run decided to freeze.
+    included; `frozen`: the action service's view of every card the run decided to freeze;
+    `currencies`: the currency of each freezing transaction (txn_id -> ISO 4217 code), the
+    unit its money features are shown in.
     """
     def size(logical: str) -> int:
         return sizes.get(f"{prefix}{logical}", 0)
@@ -91,9 +127,10 @@ def summarise(prefix: str, sizes: Mapping[str, int], dlq_reasons: Counter[str],
                      f"{n_alerts} alert{'' if n_alerts == 1 else 's'}")
         explanation = view.get("explanation") or []
         if explanation:  # the freeze's top features: value and contribution to the score
+            currency = (currencies or {}).get(str(view.get("txn_id")))
             lines.append(_fit("  why", [
-                f"{c['name']}={_number(c['value'])} {c['contribution']:+.2f}"
-                for c in explanation]))
+                f"{c['name']}={_value(c['name'], c['value'], currency)} "
+                f"{c['contribution']:+.2f}" for c in explanation]))
     if frozen:
         shown = min(len(frozen), FROZEN_ROWS)
         lines.append(f"{INDENT}{'all' if shown == len(frozen) else f'{shown} of'} "

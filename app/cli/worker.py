@@ -1,4 +1,5 @@
-"""`fraudstream worker` (the Faust worker: score, and dispatch when built) and `dispatcher`."""
+"""`fraudstream worker` (the Faust worker: score, and dispatch unless --no-dispatch) and
+`fraudstream dispatcher` (dispatch alone, in its own consumer group)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Drift: a model's training reference, live counts over event-time windows, and PSI."""
+"""Drift: live counts over event-time windows against a model's training reference
+(app.scoring.drift_reference), and PSI."""

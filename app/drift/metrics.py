@@ -17,7 +17,7 @@ from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.drift.monitor import DriftMonitor
-from app.drift.reference import SCORE
+from app.scoring.drift_reference import SCORE
 
 
 class DriftCollector(Collector):

@@ -13,8 +13,8 @@ from typing import Final
 import numpy as np
 
 from app.drift.psi import psi
-from app.drift.reference import SCORE, DriftReference
 from app.drift.window import SlotWindow
+from app.scoring.drift_reference import SCORE, DriftReference
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from app.drift.monitor import DriftMonitor
-from app.drift.reference import DriftReference, build_reference
 from app.features.offline import OfflineResult
 from app.scoring.dataset import labelled_rows
+from app.scoring.drift_reference import DriftReference, build_reference
 from app.scoring.registry import LoadedModel
 
 
@@ -25,7 +25,7 @@ def reference_of_training_set(model: LoadedModel, table: Any, *, source: str) ->
     if expected is not None and rows.fingerprint != expected:
         raise ValueError(f"this is not the training set of {model.version}: fingerprint "
                          f"{rows.fingerprint[:19]}… is not the card's {str(expected)[:19]}… "
-                         "(same log, labels, lateness and --now-ms as `train` had?)")
+                         "(same log, labels, lateness and --now as `model train` had?)")
     boundary = data.get("split", {}).get("boundary_ts_ms")
     train = rows.ts_ms < boundary if isinstance(boundary, int) else np.ones(len(rows.ts_ms), bool)
     matrix = rows.matrix[train]

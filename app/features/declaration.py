@@ -214,6 +214,11 @@ MERCHANT_FEATURES: Final[tuple[Feature, ...]] = tuple(
     f for f in FEATURES if f.entity == "merchant")
 CARD_FEATURE_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in CARD_FEATURES)
 MERCHANT_FEATURE_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in MERCHANT_FEATURES)
+#: The features that are amounts of money, in the minor units of the transactions' currency
+#: (sums, maxima and means of amount_minor; counts and ratios are not).
+MONEY_FEATURE_NAMES: Final[frozenset[str]] = frozenset(
+    f.name for f in FEATURES
+    if f.source == "amount_minor" and f.aggregate in ("sum", "max", "mean"))
 #: The card state's horizon: its longest window.
 MAX_WINDOW_MS: Final[int] = max(f.window.ms for f in CARD_FEATURES)
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.features.kernel import COLUMNS
+from app.ids import ID_ANCHORED
 from app.transactions.contract import (
     CHANNELS,
     FIELDS,
@@ -40,8 +41,7 @@ from app.transactions.logfile import parquet_batches, parquet_rows
 BATCH_ROWS: Final = 262_144
 #: No message that passes the contract is longer (3 ids of 64, 19-digit ints): see the tests.
 _MAX_VALID_BYTES: Final = 512
-_ID: Final = r"^[A-Za-z0-9_.:\-]{1,64}$"
-_STRING_RULES: Final = {"txn_id": _ID, "card_id": _ID, "merchant_id": _ID,
+_STRING_RULES: Final = {"txn_id": ID_ANCHORED, "card_id": ID_ANCHORED, "merchant_id": ID_ANCHORED,
                         "currency": r"^[A-Z]{3}$", "country": r"^[A-Z]{2}$"}
 SCHEMA: Final = pa.schema([("txn_id", pa.string()), ("card_id", pa.string()),
                             ("ts_ms", pa.int64()), ("amount_minor", pa.int64()),

@@ -31,7 +31,7 @@ class SourceMessage(msgspec.Struct, frozen=True, gc=False):
 class OutRecord(msgspec.Struct, frozen=True, gc=False):
     """One message to produce: `topic` is the logical name (see app.kafka.topics);
     `source_partition`, the input partition of the message it was produced for, names the
-    Kafka transaction that carries it in exactly_once (app.stream.txnsink)."""
+    Kafka transaction that carries it in exactly_once (app.stream.engine.txnsink)."""
 
     topic: str
     key: bytes | None

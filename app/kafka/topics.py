@@ -17,14 +17,14 @@ TRANSACTIONS_DLQ: Final = "transactions.dlq"
 TRANSACTIONS_LATE: Final = "transactions.late"
 FEATURES_SERVED: Final = "features.served"
 ACTIONS: Final = "actions"
-#: Both models' scores and would-be decisions while a shadow model runs (app.stream.shadow).
+#: Both models' scores and would-be decisions while a shadow model runs (app.stream.engine.shadow).
 FEATURES_SHADOW: Final = "features.shadow"
 ACTIONS_DLQ: Final = "actions.dlq"
 #: Fraud labels (chargebacks, confirmed fraud, analyst decisions; see app.transactions.labels)
 #: and the rows of label files that were refused. Keyed by card_id (else txn_id).
 LABELS: Final = "labels"
 LABELS_DLQ: Final = "labels.dlq"
-#: Compacted, one partition: which model every worker serves (see app.stream.control).
+#: Compacted, one partition: which model every worker serves (see app.stream.feeds.control).
 CONTROL: Final = "fraudstream.control"
 
 #: Every topic the pipeline reads or writes; all are keyed by card_id.

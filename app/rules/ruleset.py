@@ -20,12 +20,21 @@ from app.features.declaration import FEATURE_NAMES
 from app.rules.language import TXN_FIELDS, Columns, Expression
 from app.rules.plan import Plan
 from app.rules.rule import Rule
-from app.scoring.lists import ListEntry
 
 _FEATURE_INDEX: Final = {name: i for i, name in enumerate(FEATURE_NAMES)}
 _HOUR_MS: Final = 3_600_000
+
+
+class Listed(Protocol):
+    """What a rule reads of a row's list entry (app.scoring.lists.ListEntry has it): its list.
+    A Protocol, not the entry's class: the rules sit below scoring, which applies them."""
+
+    @property
+    def list(self) -> str: ...
+
+
 class Row(Protocol):
-    """What a rule reads of a scored row (app.stream.pipeline.Scored has it)."""
+    """What a rule reads of a scored row (app.stream.engine.pipeline.Scored has it)."""
 
     @property
     def txn(self) -> Any: ...
@@ -79,7 +88,7 @@ class RuleSet:
         return frozenset().union(*(e.names for e in self.compiled))
 
     def evaluate(self, rows: Sequence[Row], scores: np.ndarray,
-                 entries: Sequence[ListEntry | None] | None = None) -> Evaluation:
+                 entries: Sequence[Listed | None] | None = None) -> Evaluation:
         """The rules over one batch of scored rows (`entries`: each row's list entry)."""
         n = len(rows)
         if not self.rules or not n:
@@ -119,7 +128,7 @@ def _getter(rows: Sequence[Row], scores: np.ndarray) -> Callable[[str], np.ndarr
     return get
 
 
-def listed(entries: Sequence[ListEntry | None] | None, n: int) -> dict[str, np.ndarray]:
+def listed(entries: Sequence[Listed | None] | None, n: int) -> dict[str, np.ndarray]:
     """Per list name, which rows' entry is on it (for `listed()`)."""
     if entries is None:
         return {}

@@ -34,7 +34,7 @@ from app.scoring.card import MODEL_FILE
 from app.scoring.registry import LoadedModel
 from app.scoring.scorer import Scorer
 
-#: Features reported per explanation (the issue asks for at least 3).
+#: Features reported per explanation (an explanation names at least 3).
 TOP: Final = 5
 
 

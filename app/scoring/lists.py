@@ -13,7 +13,6 @@ at an allowed one).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -23,13 +22,13 @@ import orjson
 
 from app.actions.action import DecidedBy
 from app.actions.key import ActionType
+from app.errors import FieldError
+from app.ids import ID_RE, ID_RULE
 
 ListName = Literal["allow", "block"]
 EntityKind = Literal["card", "merchant"]
 LIST_NAMES: Final[tuple[ListName, ...]] = get_args(ListName)
 ENTITY_KINDS: Final[tuple[EntityKind, ...]] = get_args(EntityKind)
-#: An entity id: the transaction contract's id alphabet.
-ENTITY_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 MAX_REASON_CHARS: Final = 500
 #: Control-topic keys of list entries start with this (the model activation's key does not).
 CONTROL_KEY_PREFIX: Final = b"list:"
@@ -39,14 +38,9 @@ FREEZE: Final[tuple[ActionType, ...]] = ("freeze_card", "alert_customer")
 ALERT: Final[tuple[ActionType, ...]] = ("alert_customer",)
 
 
-class ListEntryError(ValueError):
+class ListEntryError(FieldError):
     """A list entry (request body, file row, path part) that is not acceptable; `field` names
     the culprit."""
-
-    def __init__(self, field_name: str | None, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field_name
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +109,8 @@ def check_kind(value: Any) -> EntityKind:
 
 
 def check_entity_id(value: Any) -> str:
-    if not isinstance(value, str) or not ENTITY_ID_RE.fullmatch(value):
-        raise ListEntryError("id", "id: must be 1..64 characters of [A-Za-z0-9_.:-]")
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
+        raise ListEntryError("id", f"id: must be {ID_RULE}")
     return value
 
 

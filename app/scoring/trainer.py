@@ -28,12 +28,12 @@ from typing import Any, Final, Literal
 import numpy as np
 import pyarrow as pa
 
-from app.drift.reference import CARD_KEY as DRIFT_KEY
-from app.drift.reference import build_reference
 from app.scoring import evaluation
 from app.scoring.card import CARD_SCHEMA, MODEL_FILE
 from app.scoring.contract import DECLARED, INPUT_DTYPE, INPUT_NAME, OUTPUT_NAME
 from app.scoring.dataset import FINGERPRINT_RULE, labelled_rows, time_split
+from app.scoring.drift_reference import CARD_KEY as DRIFT_KEY
+from app.scoring.drift_reference import build_reference
 from app.scoring.gbt import GbtParams, train_gbt
 from app.scoring.gbt import library_versions as gbt_library_versions
 from app.scoring.graph import IR_VERSION, OPSET, PREPROCESSING, mlp_model

@@ -1,4 +1,5 @@
-"""A local service process started in its own session and tracked by a pid file."""
+"""The processes we start, ended by their own PID only: local services tracked by a pid file
+(ManagedProcess) and children held by their handle (ChildProcess: workers, the action service)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,31 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.settings import Settings, settings_environ
+
 log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a child process load exactly `settings` (output unbuffered,
+    so its log is current)."""
+    env = settings_environ(settings)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +94,7 @@ class ManagedProcess:
         pid = self.pid()
         if pid is None:
             return False
-        os.kill(pid, sig)
-        if not _wait_gone(pid, timeout_s):
-            log.warning("%s pid=%d ignored %s for %.0fs; killing", self.name, pid, sig.name, timeout_s)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            _wait_gone(pid, 10.0)
+        terminate(pid, self.name, timeout_s=timeout_s, sig=sig)
         with contextlib.suppress(FileNotFoundError):
             self.pid_file.unlink()
         return True
@@ -94,7 +108,60 @@ class ManagedProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def _cmdline_contains(pid: int, markers: tuple[str, ...]) -> bool:
+class ChildProcess:
+    """A child process we started and hold: output appended to `log_path`, in its own session
+    (`new_session` False: Ctrl-C in our terminal reaches it too); signalled by its PID only."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], log_path: Path, *,
+                 new_session: bool = True) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(  # noqa: S603 - argv is built by us, not from input
+            list(argv), env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=new_session)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case (no clean shutdown, no final commit)."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SIGTERM and wait (clean shutdown), SIGKILL after the timeout."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        with contextlib.suppress(Exception):
+            self._log.close()
+
+    def log_tail(self, n: int = 40) -> str:
+        """The last `n` lines of its log."""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+
+def terminate(pid: int, name: str, *, timeout_s: float,
+              sig: signal.Signals = signal.SIGTERM) -> None:
+    """Signal `pid` (one we know is ours), wait for it to exit, SIGKILL after the timeout."""
+    os.kill(pid, sig)
+    if not _wait_gone(pid, timeout_s):
+        log.warning("%s pid=%d ignored %s for %.0fs; killing", name, pid, sig.name, timeout_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, 10.0)
+
+
+def command_shows(pid: int, markers: Sequence[str]) -> bool:
+    """True when `pid` runs and its command line shows one of `markers` (not a reused PID)."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError, PermissionError):

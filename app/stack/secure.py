@@ -16,7 +16,7 @@ from typing import Final
 
 import redis
 
-from app.action_service.redis_keys import KEY_PATTERNS
+from app.keyspace import KEY_PATTERNS
 from app.settings import Settings
 from app.stack.certs import CertFiles, ensure_certs
 from app.stack.kafka import KafkaNode, StackError

@@ -1,1 +1,1 @@
-"""The Faust app: topics, tables and agents."""
+"""The Faust app: its consumer (kafka), card state (state), loops (engine) and feeds (feeds)."""

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NamedTuple
 
 import faust
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.actions.delivery import ActionDeliverer
 from app.kafka import topics
@@ -23,28 +20,31 @@ from app.scoring.registry import LoadedModel
 from app.security.kafka import faust_broker_credentials, kafka_client_kwargs
 from app.settings import Settings
 from app.stream import metrics
-from app.stream.carddb import CardDBOptions
-from app.stream.cardstore import TableCards, card_table
-from app.stream.checkpoint import Checkpoint
-from app.stream.consumer import MAX_POLL_RECORDS, broker_url, check_faust_version
-from app.stream.control import activation_handler
-from app.stream.controlfeed import ControlHandlers, follow_control, wait_ready
-from app.stream.dispatch import Dispatcher
-from app.stream.engine import ScoreEngine
-from app.stream.labelfeed import LabelView, follow_labels
-from app.stream.labelfeed import wait_ready as wait_labels_ready
-from app.stream.pipeline import TransactionPipeline
-from app.stream.recovery import TransactionalTableManager
-from app.stream.restore import CardTableManager, ChangelogRestorer, standby_lag
-from app.stream.scoring import ScoringStage
-from app.stream.sequencer import PartitionSequencer
-from app.stream.shadow import shadow_handler
-from app.stream.txnsink import TransactionalSink
-from app.stream.watchdog import CommitWatchdog
+from app.stream.engine.checkpoint import Checkpoint
+from app.stream.engine.dispatch import Dispatcher
+from app.stream.engine.engine import ScoreEngine
+from app.stream.engine.pipeline import TransactionPipeline
+from app.stream.engine.scoring import ScoringStage
+from app.stream.engine.shadow import shadow_handler
+from app.stream.engine.txnsink import TransactionalSink
+from app.stream.feeds.control import activation_handler
+from app.stream.feeds.controlfeed import ControlHandlers, follow_control, wait_ready
+from app.stream.feeds.labelfeed import LabelView, follow_labels
+from app.stream.feeds.labelfeed import wait_ready as wait_labels_ready
+from app.stream.kafka.consumer import broker_url, check_faust_version
+from app.stream.kafka.fetching import MAX_POLL_RECORDS
+from app.stream.kafka.plan import ConsumerPlan
+from app.stream.kafka.sequencer import PartitionSequencer
+from app.stream.kafka.watchdog import CommitWatchdog
+from app.stream.pages import add_consumer_page, add_pages
+from app.stream.state.carddb import CardDBOptions
+from app.stream.state.cardstore import FencedTable, TableCards, card_table
+from app.stream.state.recovery import CardTableManager, TransactionalTableManager
+from app.stream.state.restore import ChangelogRestorer
 
 log = logging.getLogger(__name__)
 
-#: How often a member heartbeats, the most it takes to learn of a rebalance (see create_app).
+#: How often a member heartbeats, the most it takes to learn of a rebalance (see _faust_app).
 HEARTBEAT_INTERVAL_S = 0.25
 
 AgentName = Literal["score", "dispatch"]
@@ -66,7 +66,7 @@ class FraudApp:
     app: faust.App
     settings: Settings
     out_topics: dict[str, faust.TopicT]
-    card_state: faust.Table
+    card_state: FencedTable
 
     async def send(self, records: Sequence[OutRecord]) -> None:
         """Hand records to the producer; Faust flushes it before committing source offsets."""
@@ -102,17 +102,47 @@ def create_app(
 ) -> FraudApp:
     """Build the Faust app with the chosen agents. Nothing connects until a worker starts it."""
     check_faust_version()
-    port = web_port or settings.web_port
+    app = _faust_app(settings, web_port or settings.web_port)
+    txns = (_transactional_sink(settings, settings.topic(topics.TRANSACTIONS))
+            if "score" in agents and settings.processing == "exactly_once" else None)
+    app.consumer_plan = _consumer_plan(settings, agents, txns)  # type: ignore[attr-defined]
+    fraud = FraudApp(app, settings, _out_topics(app, settings), _card_state(app, settings))
+    watchdog = _add_commit_watchdog(app, settings)
+    if "dispatch" in agents:
+        _add_action_loop(fraud, watchdog)
+    add_pages(app)
+    _add_loop_monitor(app)
+    if "score" not in agents:
+        return fraud
+    if model is None or load_model is None:
+        raise ValueError("the score agent needs a model and a model loader")
+    clock = clock_ms or _wall_clock_ms
+    stage = ScoringStage(model, settings, clock)
+    shadow_model, _ = shadow  # the shadow set at start (changes follow from control_offset)
+    if shadow_model is not None:
+        stage.shadow.offer(shadow_model)
+    feeds = _add_feeds(app, settings, stage, load_model, control_offset)
+    _add_engine(fraud, stage, feeds, txns, clock)
+    return fraud
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _faust_app(settings: Settings, port: int) -> faust.App:
+    """The Faust app on the `fraudstream://` transport, its data directory one per web port."""
     datadir = worker_datadir(settings, port)
     datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
-    app = faust.App(
+    return faust.App(
         settings.app_id,
         broker=broker_url(settings.effective_kafka_bootstrap),
         broker_credentials=faust_broker_credentials(settings),
         store="memory://",  # the card table chooses its own (card_table)
         datadir=str(datadir),
         # the card changelog is read ahead of Faust's recovery; in exactly_once a changelog
-        # partition also counts as read once only commit markers are left (app.stream.recovery)
+        # partition also counts as read once only commit markers are left
+        # (app.stream.state.recovery)
         TableManager=(TransactionalTableManager if settings.processing == "exactly_once"
                       else CardTableManager),
         table_standby_replicas=settings.standby_replicas,
@@ -140,11 +170,38 @@ def create_app(
         autodiscover=False,
         topic_allow_declare=True,
     )
-    app.fraudstream_processing = settings.processing  # read by FraudConsumer
-    out_topics = {name: _raw_topic(app, settings.topic(name), settings)
-                  for name in topics.PIPELINE_TOPICS if name != topics.TRANSACTIONS}
-    source = _raw_topic(app, settings.topic(topics.TRANSACTIONS), settings)
-    card_state = card_table(
+
+
+def _consumer_plan(settings: Settings, agents: frozenset[AgentName],
+                   txns: TransactionalSink | None) -> ConsumerPlan:
+    """What FraudConsumer reads for the chosen agents: the actions topic's chunks go to the
+    dispatcher, the input topic's to the score engine; in exactly_once (`txns`) the input's
+    offsets are the engine's transactions' to commit, and their producers fence the previous
+    owners of an assignment before anything is read."""
+    source_name = settings.topic(topics.TRANSACTIONS)
+    chunk_topics: set[str] = set()
+    if "dispatch" in agents:
+        chunk_topics.add(settings.topic(topics.ACTIONS))
+    if "score" in agents:
+        chunk_topics.add(source_name)
+    if txns is None:
+        return ConsumerPlan(processing=settings.processing, chunk_topics=frozenset(chunk_topics))
+    return ConsumerPlan(
+        processing=settings.processing, chunk_topics=frozenset(chunk_topics),
+        transactional_topics=frozenset({source_name}),
+        assign_hooks=(lambda assigned, generation: txns.assign(
+            {tp.partition for tp in assigned if tp.topic == source_name}, generation),))
+
+
+def _out_topics(app: faust.App, settings: Settings) -> dict[str, faust.TopicT]:
+    return {name: _raw_topic(app, settings.topic(name), settings)
+            for name in topics.PIPELINE_TOPICS if name != topics.TRANSACTIONS}
+
+
+def _card_state(app: faust.App, settings: Settings) -> FencedTable:
+    """The card_state table in the configured store, its changelog read ahead of Faust's
+    recovery."""
+    return card_table(
         app, settings.topic_partitions, store=f"{settings.store}://",
         db_options=CardDBOptions(block_cache_bytes=settings.store_cache_mb << 20),
         restorer=ChangelogRestorer(
@@ -152,7 +209,10 @@ def create_app(
             # the raw reader would apply aborted transactions' records: committed ones only
             raw_fetch=settings.processing != "exactly_once"),
         changelog_configs=CARD_CHANGELOG_CONFIGS)
-    fraud = FraudApp(app, settings, out_topics, card_state)
+
+
+def _add_commit_watchdog(app: faust.App, settings: Settings) -> CommitWatchdog:
+    """The commit watchdog of the input and actions topics, and the timer that runs it."""
     watchdog = CommitWatchdog([settings.topic(topics.TRANSACTIONS), settings.topic(topics.ACTIONS)],
                               stall_s=settings.commit_stall_s)
 
@@ -160,40 +220,39 @@ def create_app(
     async def repair_stuck_commits() -> None:  # pragma: no cover - end to end
         await watchdog.check(app.consumer)
 
-    clock = clock_ms or (lambda: time.time_ns() // 1_000_000)
+    return watchdog
 
-    chunk_topics: set[str] = set()
-    if "dispatch" in agents:
-        actions_topic = settings.topic(topics.ACTIONS)
-        app.topics.add(_raw_topic(app, actions_topic, settings))  # chunks go to the dispatcher
-        chunk_topics.add(actions_topic)
-        dispatcher = Dispatcher(app, actions_topic, fraud.send,
-                                lambda: ActionDeliverer(settings),
-                                max_batch=settings.dispatch_concurrency * 4)
-        watchdog.idle = lambda topic: topic == actions_topic and dispatcher.idle()
 
-        @app.task
-        async def dispatch() -> None:  # pragma: no cover - end to end
-            app.consumer.settlers.append(dispatcher.settle)  # a revoke commits what it finished
-            await dispatcher.run()
+def _add_action_loop(fraud: FraudApp, watchdog: CommitWatchdog) -> None:
+    """The dispatch agent: the actions topic's chunks go to the dispatcher."""
+    app, settings = fraud.app, fraud.settings
+    actions_topic = settings.topic(topics.ACTIONS)
+    app.topics.add(_raw_topic(app, actions_topic, settings))  # chunks go to the dispatcher
+    dispatcher = Dispatcher(app, actions_topic, fraud.send,
+                            lambda: ActionDeliverer(settings),
+                            max_batch=settings.dispatch_concurrency * 4)
+    watchdog.idle = lambda topic: topic == actions_topic and dispatcher.idle()
 
-        @app.timer(interval=1.0)
-        async def reseek_held_actions() -> None:  # pragma: no cover - end to end
-            await dispatcher.sequencer.check()
+    @app.task
+    async def dispatch() -> None:  # pragma: no cover - end to end
+        app.consumer.settlers.append(dispatcher.settle)  # a revoke commits what it finished
+        await dispatcher.run()
 
-    app.fraudstream_chunk_topics = frozenset(chunk_topics)  # read by FraudConsumer
-    _add_metrics_page(app)
-    _add_tasks_page(app)
-    _add_loop_monitor(app)
-    if "score" not in agents:
-        return fraud
-    if model is None or load_model is None:
-        raise ValueError("the score agent needs a model and a model loader")
-    stage = ScoringStage(model, settings, clock)
-    shadow_model, _ = shadow  # the shadow set at start (changes follow from control_offset)
-    if shadow_model is not None:
-        stage.shadow.offer(shadow_model)
+    @app.timer(interval=1.0)
+    async def reseek_held_actions() -> None:  # pragma: no cover - end to end
+        await dispatcher.sequencer.check()
 
+
+class _Feeds(NamedTuple):
+    """What the score agent waits for before its first batch."""
+
+    control_read: asyncio.Event  # set once the control topic is read to its end
+    labels: LabelView
+
+
+def _add_feeds(app: faust.App, settings: Settings, stage: ScoringStage,
+               load_model: Callable[[str], LoadedModel], control_offset: int) -> _Feeds:
+    """The control topic's follower (lists, rules, models into the stage) and the label feed."""
     control_read = asyncio.Event()
 
     @app.task
@@ -209,23 +268,24 @@ def create_app(
     async def follow_label_feed() -> None:  # pragma: no cover - end to end
         await follow_labels(settings, labels)
 
+    return _Feeds(control_read, labels)
+
+
+def _add_engine(fraud: FraudApp, stage: ScoringStage, feeds: _Feeds,
+                txns: TransactionalSink | None, clock: Callable[[], int]) -> None:
+    """The score agent: the input topic's chunks go to the score engine, its durable points
+    through the checkpoint (into Kafka transactions in exactly_once: `txns`)."""
+    app, settings, card_state = fraud.app, fraud.settings, fraud.card_state
     source_name = settings.topic(topics.TRANSACTIONS)
-    app.topics.add(source)  # subscribed; its chunks go to the engine, not through an agent
-    app.fraudstream_chunk_topics = frozenset({*chunk_topics, source_name})
+    # subscribed; its chunks go to the engine, not through an agent
+    app.topics.add(_raw_topic(app, source_name, settings))
     sink = BatchSink(lambda: app.producer._ensure_producer(),
                      {name: settings.topic(name) for name in topics.PIPELINE_TOPICS})
-    txns: TransactionalSink | None = None
-    if settings.processing == "exactly_once":
-        txns = _transactional_sink(settings, source_name)
-        app.fraudstream_transactional_topics = frozenset({source_name})  # read by FraudConsumer
-        app.fraudstream_assign_hooks = [  # read by FraudConsumer: fence before reading
-            lambda assigned, generation: txns.assign(  # type: ignore[union-attr]
-                {tp.partition for tp in assigned if tp.topic == source_name}, generation)]
     cards = TableCards(card_state, txns or sink)
     pipeline = TransactionPipeline(cards, clock_ms=clock,
                                    allowed_lateness_ms=settings.allowed_lateness_ms,
                                    max_message_bytes=settings.max_message_bytes,
-                                   max_cached_cards=settings.card_cache, merchants=labels)
+                                   max_cached_cards=settings.card_cache, merchants=feeds.labels)
     sequencer = PartitionSequencer(app)
     engine = ScoreEngine(
         app, pipeline, stage, sequencer,
@@ -234,30 +294,39 @@ def create_app(
                                transactions=txns),
         topic=source_name, max_batch=settings.max_batch, max_held=settings.max_held,
         state_interval_s=settings.state_interval_ms / 1000)
+    add_consumer_page(app, card_state, pipeline, sequencer, engine, txns)
+    _add_engine_timers(app, card_state, sequencer, source_name)
 
-    @app.page("/debug/consumer")
-    async def consumer_page(web: Any, request: Any) -> Any:
-        """`?light=1` leaves out `cached_events`, a pass over every cached card (20-35 ms at
-        47k cards, the loop held meanwhile): for a probe that comes every second."""
-        recovery = app.tables.recovery
-        light = request.query.get("light") in ("1", "true")
-        return web.json({**app.consumer.state(), "sequencer": sequencer.state(),
-                         "cards": {"cached": pipeline.cached_cards,
-                                   "cached_events": None if light else pipeline.cached_events,
-                                   "store_memory": card_state.store_memory(),  # type: ignore[attr-defined]
-                                   "restored": card_state.restorer.restored,  # type: ignore[attr-defined]
-                                   "standby_lag": standby_lag(recovery),
-                                   "standbys": sorted(f"{tp.topic}:{tp.partition}"
-                                                      for tp in recovery.standby_tps)},
-                         "checkpoint": {"in_flight": engine.checkpoint.in_flight,
-                                        "held": engine.checkpoint.held,
-                                        "completed": engine.checkpoint.completed},
-                         "transactions": None if txns is None else {
-                             "owned": sorted(txns.owned), "commits": txns.commits}})
+    @app.task
+    async def score() -> None:  # pragma: no cover - exercised end to end
+        app.consumer.settlers.append(engine.settle)  # a revoke commits what the engine finished
+        app.consumer.busy_probes.append(engine.busy)
+        # before the first batch: whatever the first produce or inference would pay
+        stage.warm(settings.max_batch)
+        try:
+            leaderless = await sink.warm([card_state.changelog_topic.get_topic_name()])
+            if leaderless:
+                log.warning("partitions still without a leader: %s", ", ".join(leaderless))
+        except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
+            log.warning("output topics' metadata not fetched ahead (%r)", exc)
+        # no transaction is decided without the lists and rules, nor scored before the label
+        # feed's first round
+        await wait_ready(feeds.control_read)
+        await wait_labels_ready(feeds.labels)
+        try:
+            await engine.run()
+        finally:
+            if txns is not None:  # after the drain: what is still open is aborted
+                await asyncio.shield(txns.close())
+
+
+def _add_engine_timers(app: faust.App, card_state: FencedTable, sequencer: PartitionSequencer,
+                       source_name: str) -> None:
+    """The card store's memory gauge, the input sequencer's re-seeks, and lag 0 once caught up."""
 
     @app.timer(interval=5.0)
     async def card_store_memory() -> None:  # pragma: no cover - end to end
-        for kind, size in card_state.store_memory().items():  # type: ignore[attr-defined]
+        for kind, size in card_state.store_memory().items():
             metrics.CARD_STORE_MEMORY.labels(kind).set(size)
 
     @app.timer(interval=1.0)
@@ -275,28 +344,6 @@ def create_app(
             if high is not None and (read is None and high == 0 or read is not None
                                      and read + 1 >= high):
                 metrics.LAG_SECONDS.labels(tp.topic, str(tp.partition)).set(0.0)
-
-    @app.task
-    async def score() -> None:  # pragma: no cover - exercised end to end
-        app.consumer.settlers.append(engine.settle)  # a revoke commits what the engine finished
-        app.consumer.busy_probes.append(engine.busy)
-        # before the first batch: whatever the first produce or inference would pay
-        stage.warm(settings.max_batch)
-        try:
-            leaderless = await sink.warm([card_state.changelog_topic.get_topic_name()])
-            if leaderless:
-                log.warning("partitions still without a leader: %s", ", ".join(leaderless))
-        except Exception as exc:  # noqa: BLE001 - only a first-batch delay: learnt on first use
-            log.warning("output topics' metadata not fetched ahead (%r)", exc)
-        await wait_ready(control_read)  # no transaction is decided without the lists and rules
-        await wait_labels_ready(labels)  # nor scored before the label feed's first round
-        try:
-            await engine.run()
-        finally:
-            if txns is not None:  # after the drain: what is still open is aborted
-                await asyncio.shield(txns.close())
-
-    return fraud
 
 
 def _transactional_sink(settings: Settings, source_topic: str) -> TransactionalSink:
@@ -331,34 +378,3 @@ def _add_loop_monitor(app: faust.App, period_s: float = 0.1) -> None:
             if lag > worst:
                 worst = lag
                 metrics.LOOP_LAG_MAX.set(worst)
-
-
-def _await_chain(obj: Any) -> list[str]:
-    chain = []
-    while obj is not None and len(chain) < 40:
-        frame = (getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
-                 or getattr(obj, "gi_frame", None))
-        if frame is None:
-            chain.append(type(obj).__name__)
-            break
-        chain.append(f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} "
-                     f"{frame.f_code.co_name}")
-        obj = (getattr(obj, "cr_await", None) or getattr(obj, "ag_await", None)
-               or getattr(obj, "gi_yieldfrom", None))
-    return chain
-
-
-def _add_tasks_page(app: faust.App) -> None:
-    @app.page("/debug/tasks")
-    async def tasks_page(web: Any, request: Any) -> Any:
-        tasks = [_await_chain(t.get_coro()) for t in asyncio.all_tasks()]
-        agens = [_await_chain(g) for g in gc.get_objects()
-                 if isinstance(g, types.AsyncGeneratorType) and g.ag_frame is not None]
-        return web.json({"tasks": tasks, "async_generators": agens})
-
-
-def _add_metrics_page(app: faust.App) -> None:
-    @app.page("/metrics")
-    async def prometheus_metrics(web: Any, request: Any) -> Any:
-        # aiohttp wants the charset outside content_type
-        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])

@@ -2,17 +2,17 @@
 
 Every collection holds the GIL: the event loop and the consumer thread stand still for it. What
 a collection costs is the number of tracked objects in the generations it scans, and a worker's
-long-lived objects are its cached card states, about 18 tracked containers each. At the
-thresholds of 2026-11-23 (a young collection every 20,000 allocations, the middle generation
-every 20 of them) the middle one came every 10-20 s at 3-4k ev/s and scanned every card
-decoded since the last: 240-370 ms pauses, each of which alone pushed a 20-30 s step's p99 over
-the 50 ms budget; young collections took up to 30-45 ms (deallocations of old objects also count
-down the young generation's counter, so it held far more than 20,000 objects). Young
-collections every 2,000 allocations take ≤ 12 ms for the same total time (the collector's CPU is
-set by what is allocated, not by how it is cut), and the middle generation is collected only
-after 10,000 of them (every 15-30 min at those rates: one pause of at most the objects alive in
-it, bounded by the card cache). Full collections stay as rare as before. Everything loaded at
-start-up is frozen: never scanned again.
+long-lived objects are its cached card states, about 18 tracked containers each. With a young
+collection every 20,000 allocations and the middle generation every 20 of them, the middle one
+comes every 10-20 s at 3-4k ev/s and scans every card decoded since the last: 240-370 ms
+pauses, each of which alone pushes a 20-30 s step's p99 over the 50 ms budget; young collections
+take up to 30-45 ms (deallocations of old objects also count down the young generation's
+counter, so it holds far more than 20,000 objects). Young collections every 2,000 allocations
+take ≤ 12 ms for the same total time (the collector's CPU is set by what is allocated, not by
+how it is cut), and the middle generation is collected only after 10,000 of them (every 15-30
+min at those rates: one pause of at most the objects alive in it, bounded by the card cache).
+Full collections come after 1,000 middle ones. Everything loaded at start-up is frozen: never
+scanned again.
 """
 
 from __future__ import annotations

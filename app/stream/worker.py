@@ -14,7 +14,7 @@ from app.scoring.registry import LoadedModel, ModelRegistry
 from app.settings import Settings
 from app.stream import collector
 from app.stream.app import AgentName, create_app, worker_datadir
-from app.stream.membership import leave_for_predecessor
+from app.stream.kafka.membership import leave_for_predecessor
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 import orjson
 
+from app.ids import ID_RE, ID_RULE
+
 Channel = Literal["pos", "ecom", "atm"]
 CHANNELS: Final = frozenset(("pos", "ecom", "atm"))
 
@@ -20,7 +22,6 @@ MAX_FUTURE_MS: Final = 86_400_000
 MAX_AMOUNT_MINOR: Final = 10**12
 DEFAULT_MAX_BYTES: Final = 8192
 
-_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _CURRENCY_RE: Final = re.compile(r"[A-Z]{3}")
 _COUNTRY_RE: Final = re.compile(r"[A-Z]{2}")
 
@@ -39,7 +40,7 @@ ReasonCode = Literal[
 
 
 class Transaction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One card transaction as the contract in design.md defines it.
+    """One card transaction as the transaction contract defines it (docs/contract.md).
 
     Decoding JSON straight into it (`parse_transaction`'s fast path) checks in C what the type
     says: every field present, nothing unknown, strict integers in their static ranges, the
@@ -99,9 +100,9 @@ def _check_id(obj: dict[str, Any], name: str) -> str:
     value = obj[name]
     if type(value) is not str:
         raise _reject("wrong_type", name, f"{name}: must be a string, got {_json_type(value)}")
-    if not _ID_RE.fullmatch(value):
+    if not ID_RE.fullmatch(value):
         raise _reject(
-            "bad_format", name, f"{name}: must be 1..64 characters of [A-Za-z0-9_.:-]"
+            "bad_format", name, f"{name}: must be {ID_RULE}"
         )
     return value
 
@@ -168,7 +169,7 @@ _decode: Final = msgspec.json.Decoder(Transaction).decode
 #: The five string fields joined by NUL, checked in one regex call with the validator's own
 #: patterns (none admits a NUL, so a NUL inside a field adds a separator and cannot match).
 _STRINGS_RE: Final = re.compile("\x00".join(
-    p.pattern for p in (_ID_RE, _ID_RE, _ID_RE, _CURRENCY_RE, _COUNTRY_RE)))
+    p.pattern for p in (ID_RE, ID_RE, ID_RE, _CURRENCY_RE, _COUNTRY_RE)))
 
 
 def parse_transaction(raw: bytes, *, now_ms: int, max_bytes: int = DEFAULT_MAX_BYTES) -> Transaction:

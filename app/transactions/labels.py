@@ -2,7 +2,7 @@
 
 Two shapes: `Label` (txn_id, label, label_ts_ms) is what training sets join; `LabelRecord` is
 one message of the Kafka topic `labels` (key: card_id, else txn_id; JSON), written by
-`fraudstream labels FILE` (chargebacks, confirmed fraud) and by the action service's analyst
+`fraudstream labels --labels FILE` (chargebacks, confirmed fraud) and by the action service's analyst
 decisions (release: 0, confirm: 1). `parse_label_row` checks one input row and raises
 LabelError naming the field; `label_id` is deterministic, so re-sending a file is
 recognisable downstream (consumers keep the first record of a label_id).
@@ -11,16 +11,16 @@ recognisable downstream (consumers keep the first record of a label_id).
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
 
+from app.errors import FieldError
+from app.ids import ID_RE, ID_RULE
 from app.transactions.contract import MIN_TS_MS
 
-_ID_RE: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _ALLOWED: Final = ("txn_id", "card_id", "label", "reported_at", "label_ts_ms", "source",
                    "merchant_id", "ts_ms")
 #: reported_at may lie at most this far in the future (clock skew of the reporting system).
@@ -38,13 +38,8 @@ class Label:
     label_ts_ms: int
 
 
-class LabelError(ValueError):
+class LabelError(FieldError):
     """A label row that is not acceptable; `field` names the culprit (None: the whole row)."""
-
-    def __init__(self, field: str | None, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +104,8 @@ def parse_label_row(row: Any, *, now_ms: int, default_source: str = "import") ->
     ids = {}
     for name in ("txn_id", "card_id", "merchant_id"):
         value = present.get(name)
-        if value is not None and (type(value) is not str or not _ID_RE.fullmatch(value)):
-            raise LabelError(name, f"{name}: must be 1..64 characters of [A-Za-z0-9_.:-]")
+        if value is not None and (type(value) is not str or not ID_RE.fullmatch(value)):
+            raise LabelError(name, f"{name}: must be {ID_RULE}")
         ids[name] = value
     if ids["txn_id"] is None and ids["card_id"] is None:
         raise LabelError("txn_id", "txn_id: required when card_id is absent (give one or both)")
@@ -134,8 +129,8 @@ def parse_label_row(row: Any, *, now_ms: int, default_source: str = "import") ->
         raise LabelError("reported_at", "reported_at: must lie between 2000-01-01 and a day "
                          "from now")
     source = present.get("source", default_source)
-    if type(source) is not str or not _ID_RE.fullmatch(source):
-        raise LabelError("source", "source: must be 1..64 characters of [A-Za-z0-9_.:-]")
+    if type(source) is not str or not ID_RE.fullmatch(source):
+        raise LabelError("source", f"source: must be {ID_RULE}")
     txn_ts = present.get("ts_ms")
     if txn_ts is not None and (type(txn_ts) is not int or not MIN_TS_MS <= txn_ts <= reported):
         raise LabelError("ts_ms", "ts_ms: the transaction's event time, ms since epoch, at or "

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from rich.columns import Columns
 from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from app.watch.frame import Frame
@@ -32,6 +33,12 @@ def _budget(frame: Frame) -> Text:
     return Text(f"latency budget: p99 event → served {_ms(b.p99_s)} of "
                 f"{b.budget_s * 1000:.0f} ms, {share} of {b.events:,} events within ({window})",
                 style="green" if b.met else "red")
+
+
+def _columns(*headers: str) -> list[Column]:
+    """Table columns whose cells keep to one line (a hop name is never cut to `append…`)."""
+    return [Column(h, no_wrap=True, justify="left" if i == 0 else "right")
+            for i, h in enumerate(headers)]
 
 
 def _ratio(value: float | None) -> str:
@@ -82,8 +89,9 @@ def render(frame: Frame, *, title: str) -> RenderableType:
     if frame.budget is not None:
         head.append(_budget(frame))
 
-    parts = Table("partition", "lag (msgs)", "lag (s)", title="transactions: consumer lag",
-                  title_justify="left")
+    # cells never wrap: the two tables sit side by side when both fit, else one above the other
+    parts = Table(*_columns("partition", "lag (msgs)", "lag (s)"),
+                  title="transactions: consumer lag", title_justify="left")
     shown = sorted(frame.partitions, key=lambda p: (-p.lag_messages, p.partition))
     shown = shown[:MAX_PARTITION_ROWS] if len(shown) > MAX_PARTITION_ROWS else frame.partitions
     for row in shown:
@@ -93,7 +101,7 @@ def render(frame: Frame, *, title: str) -> RenderableType:
         parts.caption = f"{len(frame.partitions) - len(shown)} more partitions not shown"
 
     window = "last interval" if frame.hops_recent else "since start"
-    hops = Table("hop", "p50", "p99", "events", title=f"latency per hop ({window})",
+    hops = Table(*_columns("hop", "p50", "p99", "events"), title=f"latency per hop ({window})",
                  title_justify="left")
     for hop in frame.hops:
         hops.add_row(hop.hop, _ms(hop.p50_s), _ms(hop.p99_s), f"{hop.count:,}")
@@ -109,7 +117,6 @@ def render(frame: Frame, *, title: str) -> RenderableType:
         outcomes.append(f"\nreviews open {frame.reviews_open:,}{age} · rule hits: "
                         f"{hits or 'none'}")
 
-    body = Table.grid(padding=(0, 3))
-    body.add_row(parts, hops)
+    body = Columns([parts, hops], padding=(0, 3))
     problems = [Text(f"! {p}", style="yellow") for p in frame.problems]
     return Group(*head, outcomes, _quality(frame), body, _drift(frame), *problems)

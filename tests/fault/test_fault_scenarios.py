@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from app.harness.scenarios import EXACTLY_ONCE_SCENARIOS, SCENARIOS
+from app.harness.topology import run_scenario
 from app.settings import Settings
 from app.stack.manager import Stack
-from tests.fault.scenarios import EXACTLY_ONCE_SCENARIOS, SCENARIOS
-from tests.support.topology import run_scenario
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 

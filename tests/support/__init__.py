@@ -1,1 +1,2 @@
-"""Helpers for integration and fault tests: spawned processes, polling with deadlines."""
+"""Helpers only the tests use: dashboard queries, log scanning, Kafka's default partitioner (the
+harness the tests share with `fraudstream chaos` and the benchmarks is app.harness)."""

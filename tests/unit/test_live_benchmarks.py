@@ -4,23 +4,18 @@ thread."""
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
-from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from client_ceiling import _bootstrap  # noqa: E402
-from client_ceiling import main as client_ceiling  # noqa: E402
-from live_ab import parse_variant, variant_settings  # noqa: E402
-from live_load import thread_cpu  # noqa: E402
-
-from app.settings import load_settings  # noqa: E402
+from app.settings import load_settings
+from benchmarks.client_ceiling import _bootstrap
+from benchmarks.client_ceiling import main as client_ceiling
+from benchmarks.live_ab import parse_variant, variant_settings
+from benchmarks.live_load import thread_cpu
 
 
 def test_a_variant_is_its_assignments() -> None:

@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 from app.action_service.app import create_app
 from app.actions import Action, make_action
 from app.actions.key import ActionType
+from app.harness.redisdb import flush_db, with_db
 from app.settings import Settings, load_settings
-from tests.support.redisdb import flush_db, with_db
 
 ACTION_DB = 3
 TOKEN = "integration-test-token"

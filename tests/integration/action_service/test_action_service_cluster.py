@@ -20,11 +20,11 @@ from app.action_service.app import create_app
 from app.action_service.ledger import read_effects_async
 from app.action_service.redis_keys import LABEL_STREAMS, SHARD_KEYS, shard_of
 from app.actions import Action, make_action
+from app.harness.pipeline import effects
+from app.harness.redisdb import flush_db, with_db
 from app.redis_url import node_url
 from app.settings import Settings, load_settings
 from app.stack.redis_cluster import RedisCluster
-from tests.support.pipeline import effects
-from tests.support.redisdb import flush_db, with_db
 
 pytestmark = pytest.mark.integration
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from app.actions import make_action
+from app.harness.pipeline import effects, produce
+from app.harness.procs import http_ready, spawn_action_service, spawn_worker, wait_until
 from app.kafka import topics
 from app.kafka.inspect import group_lag
 from app.settings import Settings
 from app.stack.manager import Stack
 from tests.integration.stream.test_dispatch import service_settings
-from tests.support.pipeline import effects, produce
-from tests.support.procs import http_ready, spawn_action_service, spawn_worker, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,8 +12,7 @@ import orjson
 import pytest
 
 from app.datagen.writer import write_log
-from app.settings import Settings
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     label_records,
     lines_of,
     live_actions,
@@ -25,13 +24,14 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import (
+from app.harness.procs import (
     http_ready,
     settings_env,
     spawn_action_service,
     spawn_worker,
     wait_until,
 )
+from app.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from app.harness.procs import free_port
 from app.settings import Settings, settings_environ
-from tests.support.procs import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +46,9 @@ def _jsonl(tmp: Path, body: bytes = b'{"txn_id": "t1"}\n') -> Path:
 
 
 MISTAKES = [
-    Mistake("replay, Kafka down", lambda t: ["replay", str(_jsonl(t))], KAFKA_HINT, True),
+    Mistake("replay, Kafka down", lambda t: ["replay", "--events", str(_jsonl(t))], KAFKA_HINT, True),
     Mistake("model activate, Kafka down",
-            lambda t: ["model", "activate", Path("models/DEFAULT").read_text().strip()],
+            lambda t: ["model", "activate", "--model", Path("models/DEFAULT").read_text().strip()],
             KAFKA_HINT, True),
     Mistake("topics, Kafka down", lambda t: ["topics"], KAFKA_HINT, True),
     Mistake("worker, Kafka down", lambda t: ["worker", "--web-port", str(free_port())],
@@ -56,7 +56,7 @@ MISTAKES = [
     Mistake("score, corrupt parquet",
             lambda t: ["score", "--events", str(_corrupt(t)), "--out", str(t / "a.jsonl")],
             "is not a readable Parquet file"),
-    Mistake("replay, corrupt parquet", lambda t: ["replay", str(_corrupt(t))],
+    Mistake("replay, corrupt parquet", lambda t: ["replay", "--events", str(_corrupt(t))],
             "is not a readable Parquet file"),
     Mistake("generate into a missing directory",
             lambda t: ["generate", "--txns", "10", "--cards", "5", "--out", str(t / "no/x.jsonl")],

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from app.harness.pipeline import drop_quietly
+from app.harness.procs import free_port, http_ready
 from app.settings import Settings, settings_environ
-from tests.support.pipeline import drop_quietly
-from tests.support.procs import free_port, http_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

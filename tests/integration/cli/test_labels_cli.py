@@ -1,5 +1,6 @@
-"""`fraudstream labels FILE` on real Kafka: valid rows to `labels`, bad ones to `labels.dlq`
-with the reason, JSONL and Parquet alike; an unreadable file is one line and sends nothing."""
+"""`fraudstream labels --labels FILE` on real Kafka: valid rows to `labels`, bad ones to
+`labels.dlq` with the reason, JSONL and Parquet alike; an unreadable file is one line and sends
+nothing."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli.main import cli
+from app.harness.pipeline import read
 from app.kafka import topics
+from app.kafka.labelimport import H_SOURCE_LINE
 from app.kafka.records import H_FIELD, H_REASON, H_REASON_CODE
 from app.settings import Settings, settings_environ
-from app.transactions.labelfile import H_SOURCE_LINE
 from app.transactions.labels import LabelRecord
-from tests.support.pipeline import read
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,7 @@ NOW_ISH = 1_760_000_000_000
 
 
 def _run(settings: Settings, *args: str):  # noqa: ANN202 - click Result
-    return CliRunner().invoke(cli, ["labels", *args], env=settings_environ(settings))
+    return CliRunner().invoke(cli, ["labels", "--labels", *args], env=settings_environ(settings))
 
 
 def test_jsonl_labels_and_their_dead_letters(fresh_settings: Settings, tmp_path: Path) -> None:

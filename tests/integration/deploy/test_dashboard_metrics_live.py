@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
-from tests.support import dashboard as dash
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     lines_of,
     make_log,
     replay,
@@ -19,7 +17,7 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import (
+from app.harness.procs import (
     Spawned,
     free_port,
     http_ready,
@@ -28,6 +26,8 @@ from tests.support.procs import (
     spawn_worker,
     wait_until,
 )
+from app.settings import Settings
+from tests.support import dashboard as dash
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

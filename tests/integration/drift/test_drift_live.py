@@ -15,15 +15,9 @@ from app.datagen.config import DAY_MS, parse_time_ms
 from app.datagen.drift import parse_drift_spec
 from app.drift.monitor import DriftMonitor
 from app.drift.offline import drift_of_features
-from app.drift.reference import DriftReference
 from app.features.declaration import FEATURE_NAMES, FEATURES
 from app.features.offline import compute_features
-from app.scoring.oracle import score_table
-from app.scoring.registry import ModelRegistry
-from app.settings import Settings
-from app.watch.drift import drift_view
-from app.watch.samples import Samples, parse
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     label_records,
     lines_of,
     make_log,
@@ -32,7 +26,13 @@ from tests.support.pipeline import (
     send_label_records,
     wait_drained,
 )
-from tests.support.procs import spawn_worker
+from app.harness.procs import spawn_worker
+from app.scoring.drift_reference import DriftReference
+from app.scoring.oracle import score_table
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
+from app.watch.drift import drift_view
+from app.watch.samples import Samples, parse
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
-"""Live quality on the real stack: after replay → worker → actions and `fraudstream labels FILE`,
-`fraudstream quality`'s precision and recall per day and label maturity equal an offline
+"""Live quality on the real stack: after replay → worker → actions and `fraudstream labels
+--labels FILE`, `fraudstream quality`'s precision and recall per day and label maturity equal an offline
 computation over the same log and labels (the backtest's for all labels; a direct count for a
 maturity)."""
 
@@ -15,13 +15,7 @@ import orjson
 import pytest
 
 from app.datagen.writer import write_log
-from app.quality.book import DAY_MS
-from app.scoring.backtest import Rows, Truth, day_of, evaluate
-from app.scoring.oracle import run_oracle
-from app.scoring.registry import ModelRegistry
-from app.settings import Settings
-from app.transactions.labels import parse_label_row
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     lines_of,
     make_log,
     replay,
@@ -30,7 +24,7 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import (
+from app.harness.procs import (
     Spawned,
     free_port,
     http_ready,
@@ -39,6 +33,12 @@ from tests.support.procs import (
     spawn_worker,
     wait_until,
 )
+from app.quality.book import DAY_MS
+from app.scoring.backtest import Rows, Truth, day_of, evaluate
+from app.scoring.oracle import run_oracle
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
+from app.transactions.labels import parse_label_row
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def test_live_precision_and_recall_match_the_offline_computation(
         wait_drained(settings, [worker], expected=sent)
         wait_dispatched(settings)
         ingest = subprocess.run([sys.executable, "-m", "app.cli.main", "labels",
-                                 str(labels_path)], env=settings_env(settings),
+                                 "--labels", str(labels_path)], env=settings_env(settings),
                                 capture_output=True, text=True, timeout=300, check=False)
         assert ingest.returncode == 0, ingest.stderr
         rows = [parse_label_row(orjson.loads(x), now_ms=2**62)

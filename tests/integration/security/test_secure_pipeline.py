@@ -17,15 +17,8 @@ import pytest
 import redis
 
 from app.action_service.ledger import read_effects
-from app.kafka import topics
-from app.kafka.inspect import group_lag
-from app.kafka.topics import ensure_topics
-from app.security.kafka import kafka_client_kwargs
-from app.settings import Settings, load_settings
-from app.stack.secure import CLIENT_USER, SecureStack
-from tests.support.logscan import leaks
-from tests.support.pipeline import lines_of, live_actions, make_log, replay
-from tests.support.procs import (
+from app.harness.pipeline import lines_of, live_actions, make_log, replay
+from app.harness.procs import (
     Spawned,
     free_port,
     http_ready,
@@ -33,6 +26,13 @@ from tests.support.procs import (
     spawn_worker,
     wait_until,
 )
+from app.kafka import topics
+from app.kafka.inspect import group_lag
+from app.kafka.topics import ensure_topics
+from app.security.kafka import kafka_client_kwargs
+from app.settings import Settings, load_settings
+from app.stack.secure import CLIENT_USER, SecureStack
+from tests.support.logscan import leaks
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from app.harness.pipeline import dlq_sources, lines_of, make_log, read, wait_drained
+from app.harness.procs import spawn_worker, wait_all_assigned, wait_until
 from app.kafka import topics
 from app.kafka.inspect import _committed_offsets, admin_client, topic_sizes
+from app.kafka.replay import ReplayReport, replay_messages
 from app.settings import Settings
 from app.stack.manager import Stack
-from app.transactions.producer import ReplayReport, replay_messages
-from tests.support.pipeline import dlq_sources, lines_of, make_log, read, wait_drained
-from tests.support.procs import spawn_worker, wait_all_assigned, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from app.harness.procs import wait_until
 from app.kafka import topics
 from app.settings import load_settings
 from app.stack.kafka_cluster import PartitionState, describe_partitions
 from app.stack.manager import Stack, port_taken
 from app.stack.profile import remembered_profile
-from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

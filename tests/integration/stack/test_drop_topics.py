@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
+from app.harness.procs import wait_until
 from app.kafka.inspect import admin_client
 from app.kafka.topics import CONTROL, LABEL_TOPICS, PIPELINE_TOPICS, drop_topics, ensure_topics
 from app.settings import Settings
-from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.integration
 

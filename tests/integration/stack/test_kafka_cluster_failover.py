@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from app.harness.brokers import partitions
+from app.harness.procs import wait_until
 from app.kafka import topics
 from app.kafka.topics import ensure_topics
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings, load_settings
 from app.stack.kafka_cluster import KafkaCluster, PartitionState, broker_ids
 from app.stack.manager import port_taken
-from tests.support.brokers import partitions
-from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

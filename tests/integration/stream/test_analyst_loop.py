@@ -18,12 +18,7 @@ import pytest
 from app.action_service.ledger import count_replays
 from app.action_service.redis_keys import analyst_label_id
 from app.actions import Action, make_action
-from app.kafka import topics
-from app.kafka.inspect import group_lag
-from app.redis_url import sync_client
-from app.settings import Settings
-from app.transactions.labels import LabelRecord
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     effects,
     lines_of,
     make_log,
@@ -33,7 +28,12 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+from app.harness.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+from app.kafka import topics
+from app.kafka.inspect import group_lag
+from app.redis_url import sync_client
+from app.settings import Settings
+from app.transactions.labels import LabelRecord
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.security.kafka import kafka_client_kwargs
 from app.settings import Settings
-from app.stream import cardrecord, changelogread
-from app.stream.carddb import CardDBOptions, open_db
-from app.stream.restore import ChangelogRestorer
+from app.stream.state import cardrecord, changelogread
+from app.stream.state.carddb import CardDBOptions, open_db
+from app.stream.state.restore import ChangelogRestorer
 
 pytestmark = pytest.mark.integration
 
@@ -159,14 +159,14 @@ def test_the_memory_store_is_fenced_by_what_it_holds_whatever_its_offsets_say(
     holds (assigned again in the same process): those are read, never trusted away."""
     from types import SimpleNamespace
 
-    from app.stream.cardstore import _MemoryTarget
+    from app.stream.state.memory import MemoryTarget
 
     topic = fresh_settings.topic("card_state-changelog")
     asyncio.run(_create(fresh_settings, topic))
     asyncio.run(_produce(fresh_settings, topic, [(0, b"a", cardrecord.pack(0, 40, b"a40")),
                                                  (0, b"b", cardrecord.pack(0, 41, b"b41"))]))
     data = {b"a": cardrecord.pack(0, 50, b"a50")}
-    target = _MemoryTarget(SimpleNamespace(data=data))
+    target = MemoryTarget(SimpleNamespace(data=data))
     restorer = ChangelogRestorer(lambda: kafka_client_kwargs(fresh_settings))
     asyncio.run(restorer.restore(topic, {0: -1}, target))
     assert data == {b"a": cardrecord.pack(0, 50, b"a50"), b"b": cardrecord.pack(0, 41, b"b41")}

@@ -10,11 +10,11 @@ import orjson
 import pytest
 
 from app.features.offline import compute_features
+from app.harness.pipeline import lines_of, make_log, read, replay, wait_drained
+from app.harness.procs import spawn_worker
 from app.kafka import topics
 from app.kafka.records import H_REASON_CODE, H_SOURCE_OFFSET, H_SOURCE_PARTITION
 from app.settings import Settings
-from tests.support.pipeline import lines_of, make_log, read, replay, wait_drained
-from tests.support.procs import spawn_worker
 
 pytestmark = pytest.mark.integration
 

@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 
 from app.actions import make_action
-from app.kafka import topics
-from app.kafka.inspect import group_lag
-from app.settings import Settings
-from tests.support.pipeline import effects, produce, read
-from tests.support.procs import (
+from app.harness.pipeline import effects, produce, read
+from app.harness.procs import (
     free_port,
     http_ready,
     spawn_action_service,
     spawn_worker,
     wait_until,
 )
-from tests.support.redisdb import flush_db, with_db
+from app.harness.redisdb import flush_db, with_db
+from app.kafka import topics
+from app.kafka.inspect import group_lag
+from app.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.features.offline import compute_features
-from app.kafka import topics
-from app.kafka.inspect import topic_sizes
-from app.settings import Settings
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     assert_live_matches_oracle,
     audit_served,
     lines_of,
@@ -21,7 +18,10 @@ from tests.support.pipeline import (
     served_rows,
     wait_drained,
 )
-from tests.support.procs import source_reads, spawn_worker, wait_all_assigned, wait_until
+from app.harness.procs import source_reads, spawn_worker, wait_all_assigned, wait_until
+from app.kafka import topics
+from app.kafka.inspect import topic_sizes
+from app.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

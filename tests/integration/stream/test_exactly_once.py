@@ -10,10 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.kafka import topics
-from app.kafka.inspect import read_topic, topic_sizes
-from app.settings import Settings
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     assert_live_matches_oracle,
     audit_served,
     lines_of,
@@ -22,12 +19,15 @@ from tests.support.pipeline import (
     replay,
     wait_drained,
 )
-from tests.support.procs import (
+from app.harness.procs import (
     kill_with_reads_uncommitted,
     spawn_worker,
     wait_all_assigned,
     wait_until,
 )
+from app.kafka import topics
+from app.kafka.inspect import read_topic, topic_sizes
+from app.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -9,9 +9,7 @@ import onnxruntime
 import orjson
 import pytest
 
-from app.kafka import topics
-from app.settings import Settings
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     assert_live_matches_oracle,
     lines_of,
     make_log,
@@ -20,7 +18,9 @@ from tests.support.pipeline import (
     replay,
     wait_drained,
 )
-from tests.support.procs import spawn_worker
+from app.harness.procs import spawn_worker
+from app.kafka import topics
+from app.settings import Settings
 
 pytestmark = pytest.mark.integration
 

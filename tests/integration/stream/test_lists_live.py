@@ -16,12 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.kafka import topics
-from app.scoring.lists import ListEntry, Lists
-from app.scoring.oracle import run_oracle
-from app.scoring.registry import ModelRegistry
-from app.settings import Settings
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     lines_of,
     make_log,
     produce,
@@ -32,7 +27,12 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+from app.harness.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+from app.kafka import topics
+from app.scoring.lists import ListEntry, Lists
+from app.scoring.oracle import run_oracle
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
 
 pytestmark = pytest.mark.integration
 

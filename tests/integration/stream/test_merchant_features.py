@@ -10,10 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.features.declaration import MERCHANT_FEATURE_NAMES
-from app.kafka import topics
-from app.settings import Settings
-from tests.support.dashboard import sample_total
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     assert_live_matches_oracle,
     audit_served,
     label_records,
@@ -24,7 +21,10 @@ from tests.support.pipeline import (
     served_rows,
     wait_drained,
 )
-from tests.support.procs import spawn_worker, wait_all_assigned
+from app.harness.procs import spawn_worker, wait_all_assigned
+from app.kafka import topics
+from app.settings import Settings
+from tests.support.dashboard import sample_total
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -8,13 +8,13 @@ from collections import defaultdict
 import orjson
 import pytest
 
+from app.harness.pipeline import lines_of, make_log, read
 from app.kafka import topics
+from app.kafka.replay import replay_messages
 from app.kafka.sink import partition_for
 from app.settings import Settings
 from app.transactions.logfile import card_key
-from app.transactions.producer import replay_messages
 from tests.support.partitioner import KAFKA_DEFAULT_PARTITIONS
-from tests.support.pipeline import lines_of, make_log, read
 
 pytestmark = pytest.mark.integration
 

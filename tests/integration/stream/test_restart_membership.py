@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from app.harness.procs import spawn_worker, wait_all_assigned, wait_until
 from app.kafka import topics
 from app.settings import Settings
 from app.stream.app import worker_datadir
-from app.stream.membership import recorded_member
-from tests.support.procs import spawn_worker, wait_all_assigned, wait_until
+from app.stream.kafka.membership import recorded_member
 
 pytestmark = pytest.mark.integration
 

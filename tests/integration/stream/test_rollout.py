@@ -12,11 +12,7 @@ import pytest
 
 from app.actions import idempotency_key
 from app.control.publisher import publish_activation
-from app.kafka import topics
-from app.kafka.inspect import topic_sizes
-from app.scoring.registry import ModelRegistry
-from app.settings import Settings
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     assert_live_matches_oracle,
     lines_of,
     live_actions,
@@ -25,7 +21,11 @@ from tests.support.pipeline import (
     served_rows,
     wait_drained,
 )
-from tests.support.procs import spawn_worker, wait_until
+from app.harness.procs import spawn_worker, wait_until
+from app.kafka import topics
+from app.kafka.inspect import topic_sizes
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

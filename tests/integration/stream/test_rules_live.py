@@ -22,15 +22,7 @@ import orjson
 import pytest
 
 from app.features.merchant import MerchantTable
-from app.kafka import topics
-from app.rules.rule import Rule
-from app.rules.ruleset import RuleSet
-from app.scoring.lists import ListEntry, Lists
-from app.scoring.oracle import rule_columns, run_oracle
-from app.scoring.registry import ModelRegistry
-from app.settings import Settings
-from app.transactions.labels import LabelRecord
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     label_records,
     lines_of,
     make_log,
@@ -42,13 +34,21 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import (
+from app.harness.procs import (
     http_ready,
     spawn_action_service,
     spawn_worker,
     wait_all_assigned,
     wait_until,
 )
+from app.kafka import topics
+from app.rules.rule import Rule
+from app.rules.ruleset import RuleSet
+from app.scoring.lists import ListEntry, Lists
+from app.scoring.oracle import rule_columns, run_oracle
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
+from app.transactions.labels import LabelRecord
 
 pytestmark = pytest.mark.integration
 
@@ -221,7 +221,7 @@ def test_rules_decide_live_as_offline_and_reviews_close_once(fresh_settings: Set
         out = tmp_path / "actions.jsonl"
         subprocess.run([sys.executable, "-m", "app.cli.main", "backtest", "--events",
                         str(log_path), "--labels", str(labels_path), "--active-rules",
-                        str(rules_path), "--lists", str(lists_path), "--now-ms", str(now_ms),
+                        str(rules_path), "--lists", str(lists_path), "--now", str(now_ms),
                         "--out-actions", str(out)],
                        check=True, cwd=ROOT, capture_output=True, timeout=300)
         offline = {json.loads(x)["idempotency_key"]: json.loads(x)

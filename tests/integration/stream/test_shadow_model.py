@@ -12,14 +12,7 @@ import orjson
 import pytest
 
 from app.datagen.writer import write_labels
-from app.kafka import topics
-from app.kafka.shadowrow import iter_shadow_rows
-from app.scoring.comparison import compare
-from app.scoring.oracle import run_oracle
-from app.scoring.policy import Thresholds
-from app.scoring.registry import ModelRegistry
-from app.settings import Settings
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     effects,
     lines_of,
     make_log,
@@ -29,14 +22,21 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import (
+from app.harness.procs import (
     http_ready,
     settings_env,
     spawn_action_service,
     spawn_worker,
     wait_until,
 )
-from tests.support.rollout import add_shifted_version
+from app.harness.rollout import add_shifted_version
+from app.kafka import topics
+from app.kafka.shadowrow import iter_shadow_rows
+from app.scoring.comparison import compare
+from app.scoring.oracle import run_oracle
+from app.scoring.policy import Thresholds
+from app.scoring.registry import ModelRegistry
+from app.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -78,7 +78,7 @@ def test_shadow_never_acts_and_compare_lists_exactly_the_differing_actions(
         model_dir=models, freeze_threshold=override)
     active_policy = active_card.thresholds.override(freeze=override)
     # through the command, before the worker starts: the worker picks it up from the topic
-    said = _cli(settings, "model", "shadow", CANDIDATE)
+    said = _cli(settings, "model", "shadow", "--model", CANDIDATE)
     assert f"shadowing {CANDIDATE}" in said
     log = make_log(cards=400, txns=8000, days=3, seed=31, redelivery=0.01)
     lines = lines_of(log)
@@ -149,7 +149,7 @@ def test_a_running_worker_starts_and_stops_shadowing_between_batches(
         assert worker.port is not None
         sent = replay(settings, first)
         wait_drained(settings, [worker], expected=sent)
-        _cli(settings, "model", "shadow", CANDIDATE)
+        _cli(settings, "model", "shadow", "--model", CANDIDATE)
         wait_until(lambda: _shadow_changes(worker.port, "accepted") == 1, timeout_s=60,
                    what="the worker to accept the shadow model")
         sent += replay(settings, second)

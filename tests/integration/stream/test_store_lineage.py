@@ -11,13 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.kafka import topics
-from app.kafka.inspect import topic_sizes
-from app.kafka.topics import drop_topics, ensure_topics
-from app.settings import Settings
-from app.stream.app import worker_datadir
-from app.stream.carddb import CardDBOptions, held_offsets, open_db
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     audit_served,
     drop_quietly,
     lines_of,
@@ -25,7 +19,13 @@ from tests.support.pipeline import (
     replay,
     wait_drained,
 )
-from tests.support.procs import Spawned, spawn_worker, wait_all_assigned, wait_until
+from app.harness.procs import Spawned, spawn_worker, wait_all_assigned, wait_until
+from app.kafka import topics
+from app.kafka.inspect import topic_sizes
+from app.kafka.topics import drop_topics, ensure_topics
+from app.settings import Settings
+from app.stream.app import worker_datadir
+from app.stream.state.carddb import CardDBOptions, held_offsets, open_db
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def _run(settings: Settings, tmp: Path, name: str, lines: list[bytes], *, port: 
 
 def test_a_worker_restarted_under_another_app_id_rebuilds_its_store(
         fresh_settings: Settings, stack_settings: Settings, tmp_path: Path) -> None:
-    """issue 53: alpha's worker stopped, beta's started on the same web port and state dir."""
+    """Alpha's worker stopped, beta's (another app id) started on the same web port and state dir."""
     alpha = fresh_settings
     tag = uuid.uuid4().hex[:8]
     beta = stack_settings.replace(topic_prefix=f"t{tag}.", app_id=f"fs-test-{tag}")

@@ -17,16 +17,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from app.kafka import topics
-from app.kafka.inspect import committed_offsets, open_transaction_partitions, topic_sizes
-from app.settings import Settings
-from tests.support.pipeline import audit_served, lines_of, make_log, read, replay, wait_drained
-from tests.support.procs import (
+from app.harness.pipeline import audit_served, lines_of, make_log, read, replay, wait_drained
+from app.harness.procs import (
     source_reads,
     spawn_worker,
     wait_all_assigned,
     wait_until,
 )
+from app.kafka import topics
+from app.kafka.inspect import committed_offsets, open_transaction_partitions, topic_sizes
+from app.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
-from tests.support.pipeline import (
+from app.harness.pipeline import (
     lines_of,
     make_log,
     replay,
@@ -21,13 +20,14 @@ from tests.support.pipeline import (
     wait_drained,
     with_own_service,
 )
-from tests.support.procs import (
+from app.harness.procs import (
     http_ready,
     settings_env,
     spawn_action_service,
     spawn_worker,
     wait_until,
 )
+from app.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,6 +12,9 @@ from app.action_service.ledger import merge_shards
 from app.action_service.redis_keys import (
     ALERTS_STREAMS,
     EFFECTS_STREAMS,
+    LABEL_STREAMS,
+    REVIEW_STREAMS,
+    REVIEWS_OPEN,
     SHARD_TAGS,
     SHARDS,
     STATS_KEYS,
@@ -19,12 +22,15 @@ from app.action_service.redis_keys import (
     card_alerts_key,
     card_history_key,
     card_key,
+    claim_key,
     decision_keys,
     idem_key,
     idem_keys,
+    review_close_keys,
     shard_of,
 )
 from app.actions.key import idempotency_key
+from app.keyspace import KEY_PATTERNS, KEY_PREFIXES
 
 CARD_IDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-",
                    min_size=1, max_size=64)
@@ -89,3 +95,12 @@ def test_merge_orders_by_entry_id_then_shard() -> None:
         [(b"7-0", {"k": "e"}), (b"10-0", {"k": "f"})],
     ]
     assert [f["k"] for _, f in merge_shards(per_shard)] == ["a", "b", "c", "d", "e", "f"]
+
+
+def test_the_acl_patterns_of_the_keyspace_cover_every_key_the_service_writes() -> None:
+    key = idempotency_key("freeze_card", "t-1")
+    written = {*action_keys(key, "c-1"), *decision_keys("k-1", "c-1"), claim_key(key),
+               *review_close_keys(0, "1-0", "c-1"), *LABEL_STREAMS, *REVIEW_STREAMS,
+               *REVIEWS_OPEN, *EFFECTS_STREAMS, *ALERTS_STREAMS, *STATS_KEYS}
+    assert {name.split(":", 1)[0] for name in written} == set(KEY_PREFIXES)
+    assert KEY_PATTERNS == tuple(f"{prefix}:*" for prefix in KEY_PREFIXES)

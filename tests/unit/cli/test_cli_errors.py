@@ -128,7 +128,7 @@ def test_bad_environment_variable_is_one_line(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_chaos_lists_every_scenario_with_a_description() -> None:
-    from tests.fault.scenarios import SCENARIOS
+    from app.harness.scenarios import SCENARIOS
 
     result = CliRunner().invoke(cli, ["chaos", "--list"])
     assert result.exit_code == 0

@@ -9,14 +9,14 @@ import pytest
 
 from app.drift.monitor import DriftMonitor, WindowSpec
 from app.drift.psi import level, psi
-from app.drift.reference import (
+from app.drift.window import SlotWindow
+from app.features.declaration import FEATURE_NAMES
+from app.scoring.drift_reference import (
     DriftReference,
     NoReferenceError,
     build_reference,
     quantile_bins,
 )
-from app.drift.window import SlotWindow
-from app.features.declaration import FEATURE_NAMES
 
 
 def test_psi_is_zero_for_the_reference_itself_and_grows_with_the_shift() -> None:
@@ -90,7 +90,7 @@ def test_reference_round_trips_through_the_card() -> None:
 
 
 def test_a_card_without_reference_says_how_to_compute_it() -> None:
-    with pytest.raises(NoReferenceError, match=r"fraudstream model reference v1 --events"):
+    with pytest.raises(NoReferenceError, match=r"fraudstream model reference --model v1 --events"):
         DriftReference.of_card({}, "v1")
     with pytest.raises(NoReferenceError, match="unusable"):
         DriftReference.of_card({"drift_reference": {"features": {}}}, "v1")

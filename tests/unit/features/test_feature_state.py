@@ -247,7 +247,7 @@ def test_the_compiled_derivation_is_vector_derive_bit_for_bit(prims: list[int],
 def test_a_card_keeps_no_event_that_left_its_windows(state_cls: type[CardState]) -> None:
     """What an evicted event held (its txn_id, its field values, its slots) is freed while the
     card lives: a long-lived card whose events all aged out holds about what a new one does.
-    (With evicted slots kept until 64 of them, a card held up to ~20 KB of dead events.)"""
+    (A compaction starts at the first evicted slot; it moves at most as many slots as it drops.)"""
     import tracemalloc
 
     gap = MAX_WINDOW_MS + L + 1  # each event evicts every earlier one

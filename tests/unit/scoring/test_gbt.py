@@ -161,7 +161,7 @@ def test_train_cli_lgbm_matches_in_process_training(tmp_path, small_log: SmallLo
                                                     gbt_model: TrainedModel) -> None:
     result = CliRunner().invoke(train, [
         "--events", str(small_log.events_path), "--labels", str(small_log.labels_path),
-        "--out", str(tmp_path), "--now-ms", str(small_log.now_ms), "--lateness-ms", "300000",
+        "--model-dir", str(tmp_path), "--now", str(small_log.now_ms), "--lateness-ms", "300000",
         "--algorithm", "lgbm", "--n-estimators", str(PARAMS.n_estimators),
         "--num-leaves", str(PARAMS.num_leaves)])
     assert result.exit_code == 0, result.output
@@ -211,13 +211,13 @@ def test_validate_serves_a_tree_model_and_refuses_its_ops_in_another(
     registry = ModelRegistry(tmp_path, device="cpu")
     registry.add(gbt_model.version, gbt_model.onnx_bytes, gbt_model.card, make_default=True)
     runner = CliRunner()
-    ok = runner.invoke(model_group, ["--model-dir", str(tmp_path), "validate", gbt_model.version,
-                                     "--device", "cpu"])
+    ok = runner.invoke(model_group, ["validate", "--model-dir", str(tmp_path), "--model",
+                                     gbt_model.version, "--device", "cpu"])
     assert ok.exit_code == 0 and f"OK {gbt_model.version}" in ok.output, ok.output
     assert "TreeEnsembleClassifier run on the CPU kernels" in ok.output
     card = {**gbt_model.card, "version": "mlp-notrees",
             "model": {**gbt_model.card["model"], "algorithm": "mlp"}}
     registry.add("mlp-notrees", gbt_model.onnx_bytes, card)
-    bad = runner.invoke(model_group, ["--model-dir", str(tmp_path), "validate", "mlp-notrees",
-                                      "--device", "cpu"])
+    bad = runner.invoke(model_group, ["validate", "--model-dir", str(tmp_path), "--model",
+                                      "mlp-notrees", "--device", "cpu"])
     assert bad.exit_code == 1 and "INVALID: ops without a CUDA kernel" in bad.output

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from app.features import kernel
+from app.harness.pipeline import audit_served, oracle_for
 from app.settings import load_settings
-from tests.support.pipeline import audit_served, oracle_for
 
 
 def test_the_oracle_refuses_to_run_without_the_compiled_fold(

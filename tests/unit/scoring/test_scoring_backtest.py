@@ -96,7 +96,7 @@ def test_cli_prints_both_policies_and_writes_the_active_actions_and_the_diff(
     result = CliRunner().invoke(backtest_cmd, [
         "--events", str(small_log.events_path), "--labels", str(small_log.labels_path),
         "--policy", str(policy), "--model-dir", str(registry.root),
-        "--now-ms", str(small_log.now_ms), "--lateness-ms", str(LATENESS_MS),
+        "--now", str(small_log.now_ms), "--lateness-ms", str(LATENESS_MS),
         "--out-actions", str(out), "--diff-out", str(diff)])
     assert result.exit_code == 0, result.output
     run = _run(small_log, registry)
@@ -136,7 +136,7 @@ def test_bad_labels_and_lists_are_one_line_and_nothing_is_computed(
                        b'{"txn_id": "t2", "label": 7, "label_ts_ms": 1767830522244}\n')
     result = CliRunner().invoke(backtest_cmd, [
         "--events", str(small_log.events_path), "--labels", str(labels),
-        "--model-dir", str(registry.root), "--now-ms", str(small_log.now_ms)])
+        "--model-dir", str(registry.root), "--now", str(small_log.now_ms)])
     assert result.exit_code == 1 and "line 2: label:" in result.output
     assert "freezes" not in result.output
     lists = tmp_path / "lists.jsonl"

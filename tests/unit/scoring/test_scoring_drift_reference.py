@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from app.drift.offline import reference_of_training_set
-from app.drift.reference import DriftReference
 from app.scoring.dataset import labelled_rows
+from app.scoring.drift_reference import DriftReference
 from app.scoring.registry import ModelRegistry
 from app.scoring.trainer import REFERENCE_SOURCE, TrainedModel
 

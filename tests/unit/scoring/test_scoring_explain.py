@@ -14,8 +14,8 @@ from app.scoring.oracle import run_oracle
 from app.scoring.registry import ModelRegistry
 from app.scoring.scorer import features_matrix
 from app.settings import load_settings
-from app.stream.pipeline import Scored
-from app.stream.scoring import ScoringStage
+from app.stream.engine.pipeline import Scored
+from app.stream.engine.scoring import ScoringStage
 from app.transactions.contract import parse_transaction
 
 

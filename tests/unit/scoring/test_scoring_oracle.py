@@ -123,7 +123,7 @@ def test_score_cli_writes_contract_actions_and_served_rows(
     out, served = tmp_path / "actions.jsonl", tmp_path / "served.jsonl"
     result = CliRunner().invoke(score_cmd, [
         "--events", str(small_log.events_path), "--out", str(out), "--served-out", str(served),
-        "--model-dir", str(registry.root), "--now-ms", str(small_log.now_ms),
+        "--model-dir", str(registry.root), "--now", str(small_log.now_ms),
         "--lateness-ms", str(LATENESS_MS)])
     assert result.exit_code == 0, result.output
     run = _run(small_log, registry)
@@ -144,5 +144,5 @@ def test_score_cli_writes_contract_actions_and_served_rows(
     assert bad.exit_code == 1 and "not found" in bad.output
     override = CliRunner().invoke(score_cmd, [
         "--events", str(small_log.events_path), "--out", str(out), "--freeze", "0.01",
-        "--alert", "0.5", "--model-dir", str(registry.root), "--now-ms", str(small_log.now_ms)])
+        "--alert", "0.5", "--model-dir", str(registry.root), "--now", str(small_log.now_ms)])
     assert override.exit_code == 2 and "above freeze" in override.output

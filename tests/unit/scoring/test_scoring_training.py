@@ -107,8 +107,8 @@ def test_train_cli_is_deterministic_and_matches_in_process_training(
         out = tmp_path / run
         result = runner.invoke(train, [
             "--events", str(small_log.events_path), "--labels", str(small_log.labels_path),
-            "--out", str(out), "--seed", "0", "--max-iter", "30", "--algorithm", "mlp",
-            "--now-ms", str(small_log.now_ms), "--lateness-ms", "300000"])
+            "--model-dir", str(out), "--seed", "0", "--max-iter", "30", "--algorithm", "mlp",
+            "--now", str(small_log.now_ms), "--lateness-ms", "300000"])
         assert result.exit_code == 0, result.output
         assert f"model {model_a.version}" in result.output and "[default]" in result.output
         outputs.append(out)
@@ -122,10 +122,10 @@ def test_train_cli_is_deterministic_and_matches_in_process_training(
     assert card_one == (two.path(model_a.version) / "card.json").read_bytes()
     assert one.card(model_a.version).raw["created_from"]["events"]["file"] == "events.jsonl"
 
-    listed = runner.invoke(model_group, ["--model-dir", str(outputs[0]), "list"])
+    listed = runner.invoke(model_group, ["list", "--model-dir", str(outputs[0])])
     assert listed.exit_code == 0 and f"* {model_a.version}" in listed.output
-    checked = runner.invoke(model_group, ["--model-dir", str(outputs[0]), "validate",
-                                          model_a.version, "--device", "cpu"])
+    checked = runner.invoke(model_group, ["validate", "--model-dir", str(outputs[0]),
+                                          "--model", model_a.version, "--device", "cpu"])
     assert checked.exit_code == 0, checked.output
     assert checked.output.startswith(f"OK {model_a.version}")
     missing = runner.invoke(model_group, ["--model-dir", str(outputs[0]), "validate", "mlp-nope"])

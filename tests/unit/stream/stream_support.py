@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import faust
 from faust.types import TP, Message
 
+from app.stream.kafka.consumer import FraudConsumer
+from app.stream.kafka.plan import ConsumerPlan
+from app.stream.kafka.thread import Fetched, skipped_offsets
+
 A, B = TP("transactions", 0), TP("transactions", 1)
+#: A partition of the actions topic (chunked; in exactly_once written in transactions).
+ACT = TP("actions", 0)
 
 
 class Broker:
@@ -23,7 +30,7 @@ def real_consumer(committed: dict[TP, int | None], assigned: set[TP] | None = No
                   *, app_id: str = "unit") -> tuple[Any, Broker]:
     """`app.consumer` of a Faust app on the `fraudstream://` transport; nothing connects."""
     app = faust.App(app_id, broker="fraudstream://127.0.0.1:1", autodiscover=False)
-    app.fraudstream_chunk_topics = frozenset({"transactions"})
+    app.consumer_plan = ConsumerPlan(chunk_topics=frozenset({"transactions"}))
     app.consumer_generation_id = 1
     consumer = app.consumer
     broker = Broker(assigned if assigned is not None else {A, B})
@@ -45,3 +52,36 @@ def real_consumer(committed: dict[TP, int | None], assigned: set[TP] | None = No
 
 def message(tp: TP, offset: int, *, value: bytes = b"{}", timestamp: float = 0.0) -> Message:
     return Message(tp.topic, tp.partition, offset, timestamp, 0, [], b"k", value, None, tp=tp)
+
+
+async def call_now(fun: Any, *args: Any) -> Any:
+    """The consumer thread's `call_thread`, run at once on the test's loop."""
+    return fun(*args)
+
+
+def acked(consumer: FraudConsumer, tp: TP, offsets: list[int]) -> None:
+    """Books `offsets` of `tp` as acknowledged (and nothing else of it)."""
+    consumer._acked[tp] = list(offsets)
+    consumer._acked_index[tp] = set(offsets)
+
+
+def eos_consumer(committed: int) -> FraudConsumer:
+    """A consumer of an exactly_once app: `actions` is gapped, `transactions` transactional."""
+    app = faust.App("unit-eos", broker="fraudstream://127.0.0.1:1", autodiscover=False)
+    app.consumer_plan = ConsumerPlan(processing="exactly_once",
+                                     chunk_topics=frozenset({"actions", "transactions"}),
+                                     transactional_topics=frozenset({"transactions"}))
+    app.consumer_generation_id = 1
+    consumer = app.consumer
+    consumer.assignment = lambda: {ACT, A}
+    consumer._committed_offset[ACT] = committed
+    consumer._committed_offset[A] = 0
+    return consumer
+
+
+def fetched(tp: TP, offsets: list[int], start: int, end: int) -> Fetched:
+    """A fetch of `tp` that handed out `offsets`, its position going from `start` to `end`."""
+    state = object()
+    records = {tp: [SimpleNamespace(offset=o) for o in offsets]} if offsets else {}
+    return Fetched(records, skipped_offsets({tp: (state, start)}, {tp: (state, end)}, records,
+                                            {}))

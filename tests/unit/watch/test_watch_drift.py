@@ -8,8 +8,8 @@ from rich.console import Console
 
 from app.drift.metrics import DriftCollector
 from app.drift.monitor import DriftMonitor
-from app.drift.reference import build_reference
 from app.features.declaration import FEATURE_NAMES
+from app.scoring.drift_reference import build_reference
 from app.watch.drift import drift_view
 from app.watch.frame import Frame
 from app.watch.render import render

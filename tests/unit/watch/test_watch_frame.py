@@ -132,3 +132,22 @@ def test_the_review_queue_and_rule_hits_are_shown() -> None:
     console = Console(width=160, record=True)
     console.print(render(frame, title="t"))
     assert "reviews open 3, oldest 90 s · rule hits: big 9" in console.export_text()
+
+
+def test_at_80_columns_every_hop_name_is_whole_and_no_line_is_cut() -> None:
+    """`watch --once` into a pipe renders at 80 columns: the hop table goes below the partition
+    table rather than squeezing its names to `append…`; wider, they sit side by side."""
+    before = _reading(0.0, [WORKER_TEXT], _service_text(1, 0), {p: (10, 10) for p in range(8)})
+    now = _reading(1.0, [WORKER_TEXT], _service_text(2, 0), {p: (12, 10) for p in range(8)})
+    frame = build_frame(now, before, group="g")
+    narrow = Console(width=80, record=True, color_system=None)
+    narrow.print(render(frame, title="t"))
+    lines = narrow.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "…" not in "\n".join(lines)
+    for hop in HOPS:
+        assert any(hop in line and " ms " in f"{line} " for line in lines), hop
+    wide = Console(width=160, record=True, color_system=None)
+    wide.print(render(frame, title="t"))
+    assert any("append_to_engine" in line and "│ 0 " in line
+               for line in wide.export_text().splitlines())

@@ -1,0 +1,1 @@
+"""What every worker follows beside its input: the control topic (lists, rules, models), labels."""
