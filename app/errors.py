@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+#: Why a JSON document broke a contract, field by field: the codes every contract shares.
+FieldErrorCode = Literal[
+    "invalid_json",
+    "not_object",
+    "missing_field",
+    "unknown_field",
+    "wrong_type",
+    "out_of_range",
+    "bad_format",
+]
+
 
 class FieldError(ValueError):
     """Input that is not acceptable because of one field: `field` names the culprit (None: the

@@ -10,6 +10,15 @@ from typing import Any
 STATE_SECTION = "## Card state at scale"
 
 
+def _save(fig: Any, path: Path) -> None:
+    """Lay a figure out, write it (110 dpi) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[float],
                  latencies: dict[str, list[float]], hops: dict[str, list[float]], *,
                  load: float, rate: float, txns: int, command: str) -> None:
@@ -31,9 +40,7 @@ def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[f
     ax.set_xticks(list(xs))
     ax.legend()
     ax.set_title(f"Throughput, {txns:,} transactions per run")
-    fig.tight_layout()
-    fig.savefig(out / "throughput.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "throughput.png")
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for name, values in latencies.items():
@@ -46,9 +53,7 @@ def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[f
     ax.axvline(50, color="grey", linestyle=":", label="50 ms budget")
     ax.legend()
     ax.set_title(f"Latency CDF at {load:.0%} load ({rate:,.0f} events/s)")
-    fig.tight_layout()
-    fig.savefig(out / "latency_cdf.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "latency_cdf.png")
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names = sorted(hops)
@@ -57,9 +62,7 @@ def write_report(docs: Path, raws: list[Any], workers: list[Any], ratios: list[f
     ax.set_xscale("log")
     ax.set_xlabel("ms (upper bound of the histogram bucket)")
     ax.set_title("Per-hop latency (worker /metrics)")
-    fig.tight_layout()
-    fig.savefig(out / "hops.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "hops.png")
 
     def pct(values: list[float], q: float) -> float:
         ordered = sorted(values)
@@ -149,9 +152,7 @@ def write_live_load(docs: Path, raw: float, steps: list[Any], slo: float, *,
     ax.set_ylabel("event → served row, ms")
     ax.legend()
     ax.set_title("p99 against offered load, one worker")
-    fig.tight_layout()
-    fig.savefig(out / "live_p99.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "live_p99.png")
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot([s.mean_batch for s in steps], [s.cpu_us for s in steps], "o")
@@ -161,9 +162,7 @@ def write_live_load(docs: Path, raw: float, steps: list[Any], slo: float, *,
     ax.set_xlabel("mean batch size")
     ax.set_ylabel("worker CPU µs per event")
     ax.set_title("CPU per event against batch size")
-    fig.tight_layout()
-    fig.savefig(out / "live_cpu.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "live_cpu.png")
 
     rows = "\n".join(
         f"| {s.offered:,.0f} | {s.offered / raw:.2f} | {s.steady_p50:.0f} | {s.steady_p99:.0f} | "

@@ -34,19 +34,8 @@ from app.kafka.records import SourceMessage
 from app.scoring.registry import ModelRegistry
 from app.scoring.scorer import features_matrix
 from app.settings import load_settings
-from app.stream.engine.pipeline import TransactionPipeline
+from app.stream.engine.pipeline import DictCards, TransactionPipeline
 from app.stream.engine.scoring import ScoringStage
-
-
-class _Cards:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    def load(self, card_id: str) -> bytes | None:
-        return self.data.get(card_id)
-
-    def save(self, card_id: str, data: bytes, partition: int) -> None:
-        self.data[card_id] = data
 
 
 def _batches(lines: list[bytes], size: int) -> list[list[SourceMessage]]:
@@ -56,7 +45,7 @@ def _batches(lines: list[bytes], size: int) -> list[list[SourceMessage]]:
 
 def _path(model, settings, lines, size, now, *, drift: bool, shadow=None) -> float:  # noqa: ANN001
     """Seconds for the whole log through pipeline.process + ScoringStage.run in `size` batches."""
-    pipeline = TransactionPipeline(_Cards(), clock_ms=lambda: now, allowed_lateness_ms=300_000,
+    pipeline = TransactionPipeline(DictCards(), clock_ms=lambda: now, allowed_lateness_ms=300_000,
                                    max_message_bytes=8192)
     stage = ScoringStage(model, settings.replace(drift=drift), lambda: now)
     if shadow is not None:
@@ -90,7 +79,7 @@ def in_process(sizes: list[int], rounds: int, events: int) -> None:
             best["shadow"] = min(best["shadow"], _path(model, settings, lines, size, now,
                                                        drift=False, shadow=shadow))
             # drift counting alone, on the same scored batches (the stage's own inputs)
-            pipeline = TransactionPipeline(_Cards(), clock_ms=lambda: now,
+            pipeline = TransactionPipeline(DictCards(), clock_ms=lambda: now,
                                            allowed_lateness_ms=300_000, max_message_bytes=8192)
             counter = ScoringStage(model, settings.replace(drift=True), lambda: now).drift
             inputs = []

@@ -99,7 +99,91 @@ def checked_wait(lanes: int, max_batch: int, wait_replicas: int, wait_timeout_ms
             if wait_replicas else b"")
 
 
-class ApplyBatcher:
+class BatchQueue:
+    """What both apply batchers share: the queue of submitted actions, their futures and
+    limits. A subclass says when a lane is free (`_has_free_lane`) and sends what is pending
+    (`_dispatch`)."""
+
+    def __init__(
+        self,
+        limits: ScriptLimits,
+        *,
+        lanes: int,
+        max_batch: int,
+        observer: BatchObserver | None,
+        wait_replicas: int,
+        wait_timeout_ms: int,
+    ) -> None:
+        self._wait = checked_wait(lanes, max_batch, wait_replicas, wait_timeout_ms)
+        self._limits = limits
+        self._lanes = lanes
+        self._max_batch = max_batch
+        self._observer = observer
+        self._wait_replicas = wait_replicas
+        self._wait_timeout_ms = wait_timeout_ms
+        self._pending: deque[_Pending] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._scheduled = False
+        self._closed = False
+
+    def submit(
+        self, action: Action, settled: Callable[[], None] | None = None
+    ) -> asyncio.Future[ApplyResult]:
+        """Queue `action`; the future resolves when Redis has answered its batch (and WAIT).
+
+        `settled` is called once Redis has answered (or the call failed), even if the future
+        was cancelled meanwhile: the moment the action can no longer be running.
+        """
+        if self._closed:
+            raise RuntimeError("the apply batcher is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ApplyResult] = loop.create_future()
+        self._pending.append((action, future, settled))
+        if not self._scheduled and self._has_free_lane():
+            self._scheduled = True
+            loop.call_soon(self._dispatch)
+        return future
+
+    async def apply(self, action: Action) -> ApplyResult:
+        """Apply one action (queued with whatever else is pending)."""
+        return await self.submit(action)
+
+    def _has_free_lane(self) -> bool:
+        raise NotImplementedError
+
+    def _dispatch(self) -> None:
+        raise NotImplementedError
+
+    def _next_batch(self) -> list[_Pending]:
+        """The oldest pending actions, up to `max_batch`, taken off the queue."""
+        pending = self._pending
+        return [pending.popleft() for _ in range(min(self._max_batch, len(pending)))]
+
+    @staticmethod
+    def _resolve(batch: list[_Pending], results: list[Any]) -> None:
+        """Settle each action of `batch` and resolve its future (unless cancelled) with its
+        result, or fail it with its exception."""
+        for (_, future, settled), result in zip(batch, results, strict=True):
+            if settled is not None:
+                settled()
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    def _fail_queued(self) -> None:
+        """At close: fail every action still queued (settled first)."""
+        while self._pending:
+            _, future, settled = self._pending.popleft()
+            if settled is not None:
+                settled()
+            if not future.done():
+                future.set_exception(RedisConnectionError("the action service is shutting down"))
+
+
+class ApplyBatcher(BatchQueue):
     """Queues actions and applies them in batches over `lanes` dedicated connections."""
 
     def __init__(
@@ -113,48 +197,20 @@ class ApplyBatcher:
         wait_replicas: int = 0,
         wait_timeout_ms: int = 0,
     ) -> None:
-        self._wait = checked_wait(lanes, max_batch, wait_replicas, wait_timeout_ms)
-        self._limits = limits
-        self._wait_replicas = wait_replicas
-        self._wait_timeout_ms = wait_timeout_ms
-        self._max_batch = max_batch
-        self._observer = observer
-        self._pending: deque[_Pending] = deque()
+        super().__init__(limits, lanes=lanes, max_batch=max_batch, observer=observer,
+                         wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
         self._idle: list[ScriptConnection] = [connect() for _ in range(lanes)]
         self._all = list(self._idle)
         self._busy = 0
-        self._scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
         self._drained: asyncio.Future[None] | None = None
-        self._closed = False
 
-    def submit(
-        self, action: Action, settled: Callable[[], None] | None = None
-    ) -> asyncio.Future[ApplyResult]:
-        """Queue `action`; the future resolves when Redis has answered its batch.
-
-        `settled` is called once Redis has answered (or the call failed), even if the future
-        was cancelled meanwhile: the moment the action can no longer be running.
-        """
-        if self._closed:
-            raise RuntimeError("the apply batcher is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[ApplyResult] = loop.create_future()
-        self._pending.append((action, future, settled))
-        if not self._scheduled and self._idle:
-            self._scheduled = True
-            loop.call_soon(self._dispatch)
-        return future
-
-    async def apply(self, action: Action) -> ApplyResult:
-        """Apply one action (queued with whatever else is pending)."""
-        return await self.submit(action)
+    def _has_free_lane(self) -> bool:
+        return bool(self._idle)
 
     def _dispatch(self) -> None:
         self._scheduled = False
         while self._idle and self._pending and not self._closed:
-            pending = self._pending
-            batch = [pending.popleft() for _ in range(min(self._max_batch, len(pending)))]
+            batch = self._next_batch()
             call = _Call(self._idle.pop(), batch)
             self._busy += 1
             if call.conn.is_open():
@@ -246,15 +302,7 @@ class ApplyBatcher:
                            type(reply).__name__)
         if self._observer is not None and call.started:
             self._observer.batch_done(len(batch), time.perf_counter() - call.started)
-        for (_, future, settled), result in zip(batch, results, strict=True):
-            if settled is not None:
-                settled()
-            if future.done():
-                continue
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+        self._resolve(batch, results)
         self._idle.append(call.conn)
         self._busy -= 1
         if self._closed:
@@ -269,11 +317,6 @@ class ApplyBatcher:
         if self._busy:
             self._drained = asyncio.get_running_loop().create_future()
             await self._drained
-        while self._pending:
-            _, future, settled = self._pending.popleft()
-            if settled is not None:
-                settled()
-            if not future.done():
-                future.set_exception(RedisConnectionError("the action service is shutting down"))
+        self._fail_queued()
         for conn in self._all:
             await conn.disconnect()

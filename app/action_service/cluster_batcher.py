@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +47,7 @@ from app.action_service.apply_script import (
     parse_claims,
     parse_reply,
 )
-from app.action_service.batcher import BatchObserver, checked_wait
+from app.action_service.batcher import BatchObserver, BatchQueue
 from app.action_service.raw_connection import RawConnection
 from app.action_service.redis_keys import SHARD_KEYS, shard_of
 from app.actions.action import Action
@@ -85,7 +84,7 @@ _APPLY = _Phase(apply_script_source, lambda a, lim: call_args(a, lim, claims=Fal
                 lambda r: isinstance(r, ApplyResult) and r.verdict in ("created", "replay"))
 
 
-class ClusterApplyBatcher:
+class ClusterApplyBatcher(BatchQueue):
     """Queues actions and applies them per shard and master, up to `lanes` batches at once."""
 
     def __init__(
@@ -100,49 +99,24 @@ class ClusterApplyBatcher:
         wait_replicas: int = 0,
         wait_timeout_ms: int = 0,
     ) -> None:
-        self._wait = checked_wait(lanes, max_batch, wait_replicas, wait_timeout_ms)
+        super().__init__(limits, lanes=lanes, max_batch=max_batch, observer=observer,
+                         wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
         self._cluster = cluster
         self._node_client = node_client
-        self._limits = limits
-        self._lanes = lanes
-        self._max_batch = max_batch
-        self._observer = observer
-        self._wait_replicas = wait_replicas
-        self._wait_timeout_ms = wait_timeout_ms
-        self._pending: deque[_Pending] = deque()
         self._clients: dict[tuple[str, int], Redis] = {}
         self._conns: dict[tuple[str, int], RawConnection] = {}
         self._opening: dict[tuple[str, int], asyncio.Lock] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._scheduled = False
         self._stale_map = False
         self._refresh_lock = asyncio.Lock()
-        self._closed = False
 
-    def submit(
-        self, action: Action, settled: Callable[[], None] | None = None
-    ) -> asyncio.Future[ApplyResult]:
-        """Queue `action`; the future resolves when its master has answered (and WAIT)."""
-        if self._closed:
-            raise RuntimeError("the apply batcher is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[ApplyResult] = loop.create_future()
-        self._pending.append((action, future, settled))
-        if not self._scheduled and len(self._tasks) < self._lanes:
-            self._scheduled = True
-            loop.call_soon(self._dispatch)
-        return future
-
-    async def apply(self, action: Action) -> ApplyResult:
-        """Apply one action (queued with whatever else is pending)."""
-        return await self.submit(action)
+    def _has_free_lane(self) -> bool:
+        return len(self._tasks) < self._lanes
 
     def _dispatch(self) -> None:
         self._scheduled = False
         loop = asyncio.get_running_loop()
         while len(self._tasks) < self._lanes and self._pending and not self._closed:
-            batch = [self._pending.popleft()
-                     for _ in range(min(self._max_batch, len(self._pending)))]
+            batch = self._next_batch()
             task = loop.create_task(self._run(batch))
             self._tasks.add(task)
             task.add_done_callback(self._lane_free)
@@ -162,15 +136,7 @@ class ClusterApplyBatcher:
             results = [exc] * len(batch)
         if self._observer is not None:
             self._observer.batch_done(len(batch), time.perf_counter() - started)
-        for (_, future, settled), result in zip(batch, results, strict=True):
-            if settled is not None:
-                settled()
-            if future.done():
-                continue
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+        self._resolve(batch, results)
 
     async def _apply(self, actions: list[Action]) -> list[Any]:
         """One result (or exception) per action: first its key's claim on the key shard's
@@ -325,12 +291,7 @@ class ClusterApplyBatcher:
         self._closed = True
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        while self._pending:
-            _, future, settled = self._pending.popleft()
-            if settled is not None:
-                settled()
-            if not future.done():
-                future.set_exception(RedisConnectionError("the action service is shutting down"))
+        self._fail_queued()
         for conn in self._conns.values():
             await conn.disconnect()
         for client in self._clients.values():

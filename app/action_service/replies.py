@@ -8,6 +8,8 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from app.ids import ID_RE, ID_RULE
+
 #: Seconds a client should wait before retrying a 503.
 RETRY_AFTER_S: Final = 1
 
@@ -31,3 +33,14 @@ def error_reply(
 def unavailable_reply(error: str = "redis is unreachable; retry with the same key") -> web.Response:
     """503 with Retry-After: retrying is safe, the key makes any repeat a replay."""
     return error_reply(503, error, None, {"Retry-After": str(RETRY_AFTER_S)})
+
+
+def idempotency_key(request: web.Request) -> str | web.Response:
+    """The request's Idempotency-Key header, or the reply refusing it: 400 without one, 422
+    when it is not an id."""
+    key = request.headers.get("Idempotency-Key", "")
+    if not key:
+        return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
+    if not ID_RE.fullmatch(key):
+        return error_reply(422, f"Idempotency-Key: must be {ID_RULE}", "Idempotency-Key")
+    return key

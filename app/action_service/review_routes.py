@@ -9,7 +9,7 @@ from typing import Final
 from aiohttp import web
 
 from app.action_service.appkeys import IN_FLIGHT, STORE
-from app.action_service.replies import error_reply, json_reply
+from app.action_service.replies import error_reply, idempotency_key, json_reply
 from app.action_service.reviews import (
     MAX_LIMIT,
     CloseRequest,
@@ -17,7 +17,6 @@ from app.action_service.reviews import (
     ReviewQueue,
     parse_review_id,
 )
-from app.ids import ID_RE, ID_RULE
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +60,9 @@ async def get_review(request: web.Request) -> web.Response:
 async def close_review(request: web.Request, by: str) -> web.Response:
     """Close a review as fraud or legitimate, once per Idempotency-Key (201 first, 200 replayed
     with the same key and body, 409 closed before under another key or body)."""
-    key = request.headers.get("Idempotency-Key", "")
-    if not key:
-        return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
-    if not ID_RE.fullmatch(key):
-        return error_reply(422, f"Idempotency-Key: must be {ID_RULE}",
-                           "Idempotency-Key")
+    key = idempotency_key(request)
+    if isinstance(key, web.Response):
+        return key
     try:
         shard, entry_id = parse_review_id(request.match_info["review_id"])
     except ReviewError as exc:

@@ -21,7 +21,7 @@ from app.action_service.list_routes import delete_entry, get_lists, put_entry
 from app.action_service.metrics import CONTENT_TYPE_LATEST
 from app.action_service.observe import observed, unmatched
 from app.action_service.openapi import build_openapi
-from app.action_service.replies import RETRY_AFTER_S, error_reply, json_reply
+from app.action_service.replies import RETRY_AFTER_S, error_reply, idempotency_key, json_reply
 from app.action_service.review_routes import close_review, get_review, get_reviews
 from app.action_service.rule_routes import get_rule, get_rules, patch_rule, post_rule
 from app.action_service.store import render_card, render_record, render_result
@@ -194,12 +194,9 @@ def decision_handler(decision: Decision):  # noqa: ANN201 - an aiohttp handler
         by = _writer(request)
         if isinstance(by, web.Response):
             return by
-        key = request.headers.get("Idempotency-Key", "")
-        if not key:
-            return error_reply(400, "the Idempotency-Key header is required", "Idempotency-Key")
-        if not ID_RE.fullmatch(key):
-            return error_reply(422, f"Idempotency-Key: must be {ID_RULE}",
-                               "Idempotency-Key")
+        key = idempotency_key(request)
+        if isinstance(key, web.Response):
+            return key
         card_id = request.match_info["card_id"]
         if not ID_RE.fullmatch(card_id):
             return error_reply(422, f"card_id: must be {ID_RULE}",

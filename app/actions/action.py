@@ -11,7 +11,7 @@ import orjson
 
 from app.actions.explanation import Contribution, ExplanationError, parse_explanation
 from app.actions.key import ACTION_TYPES, KEY_RE, ActionType, idempotency_key
-from app.errors import FieldError
+from app.errors import FieldError, FieldErrorCode
 from app.ids import ID_PATTERN, ID_RE, ID_RULE
 from app.transactions.contract import MIN_TS_MS
 
@@ -28,16 +28,7 @@ RULE_RE: Final = re.compile(f"(allow|block):(card|merchant):{ID_PATTERN}")
 #: How an action names the rule version that decided it: "<rule id>@<version>".
 RULE_VERSION_RE: Final = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}@[1-9][0-9]{0,8}")
 
-ActionErrorCode = Literal[
-    "invalid_json",
-    "not_object",
-    "missing_field",
-    "unknown_field",
-    "wrong_type",
-    "out_of_range",
-    "bad_format",
-    "key_mismatch",
-]
+ActionErrorCode = Literal[FieldErrorCode, "key_mismatch"]
 
 
 class ActionError(FieldError):

@@ -88,16 +88,27 @@ def _starts(rng: np.random.Generator, n: int, span: np.ndarray, *, start_ms: int
     return start_ms + (rng.random(n) * (span_ms - span - _TAIL_MS)).astype(np.int64)
 
 
+def _incidents(
+    rng: np.random.Generator, cards: Cards, target: int, size: tuple[int, int],
+    span_range: tuple[int, int], *, start_ms: int, span_ms: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Incidents of `size` transactions adding up to `target`, each on one card within a span
+    drawn from `span_range`: their sizes, victims, spans and start times."""
+    sizes = incident_sizes(rng, target, *size)
+    count = len(sizes)
+    victim = rng.integers(0, cards.count, count)
+    span = rng.integers(span_range[0], span_range[1] + 1, count)
+    return sizes, victim, span, _starts(rng, count, span, start_ms=start_ms, span_ms=span_ms)
+
+
 def card_testing(
     rng: np.random.Generator, cards: Cards, merchants: Merchants, target: int,
     *, start_ms: int, span_ms: int,
 ) -> TxnColumns:
     """Bursts of tiny amounts on one card at many distinct merchants within a few minutes."""
-    sizes = incident_sizes(rng, target, *TESTING_BURST)
+    sizes, victim, span, t0 = _incidents(rng, cards, target, TESTING_BURST, TESTING_SPAN_MS,
+                                         start_ms=start_ms, span_ms=span_ms)
     bursts = len(sizes)
-    victim = rng.integers(0, cards.count, bursts)
-    span = rng.integers(TESTING_SPAN_MS[0], TESTING_SPAN_MS[1] + 1, bursts)
-    t0 = _starts(rng, bursts, span, start_ms=start_ms, span_ms=span_ms)
     online = rng.random(bursts) < TESTING_ONLINE_SHARE
 
     burst = np.repeat(np.arange(bursts), sizes)
@@ -122,11 +133,9 @@ def account_takeover(
     *, start_ms: int, span_ms: int,
 ) -> TxnColumns:
     """Runs of high-value purchases on one card in a country it has never been to."""
-    sizes = incident_sizes(rng, target, *TAKEOVER_RUN)
+    sizes, victim, span, t0 = _incidents(rng, cards, target, TAKEOVER_RUN, TAKEOVER_SPAN_MS,
+                                         start_ms=start_ms, span_ms=span_ms)
     runs = len(sizes)
-    victim = rng.integers(0, cards.count, runs)
-    span = rng.integers(TAKEOVER_SPAN_MS[0], TAKEOVER_SPAN_MS[1] + 1, runs)
-    t0 = _starts(rng, runs, span, start_ms=start_ms, span_ms=span_ms)
     home = cards.home[victim]
     travelled = cards.trip_end[victim] > cards.trip_start[victim]
     new = (home + rng.integers(1, N_COUNTRIES, runs)) % N_COUNTRIES

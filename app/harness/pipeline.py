@@ -266,6 +266,16 @@ def wait_dispatched(settings: Settings, timeout_s: float = 120.0) -> None:
                timeout_s=timeout_s, interval_s=0.5, what="the dispatcher to drain the actions")
 
 
+def replay_and_settle(settings: Settings, workers: Sequence[Spawned], lines: Sequence[bytes], *,
+                      timeout_s: float = 180.0) -> int:
+    """Replay `lines`, then wait until `workers` have drained them (`timeout_s`) and the
+    dispatcher has consumed every action; the count sent."""
+    sent = replay(settings, lines)
+    wait_drained(settings, workers, expected=sent, timeout_s=timeout_s)
+    wait_dispatched(settings)
+    return sent
+
+
 def _assert_same_explanation(live: object, offline: object, key: str) -> None:
     """The worker's explanation is the oracle's: equal on the CPU provider; on CUDA (scores a
     few ulps apart) the same features' contributions within 1e-4, near-ties aside."""

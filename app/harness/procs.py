@@ -118,11 +118,11 @@ def kill_with_reads_uncommitted(settings: Settings, victim: Spawned, topic: str,
     asked first (its /debug/consumer page), then it is frozen (SIGSTOP: it commits nothing
     more), given 200 ms for an EndTxn already on the wire, and killed only if the broker's
     committed offsets are still at or below a message it had read; else it resumes and the
-    wait goes on. With `open_in` (an output topic), it is killed only when that topic also has a
-    partition whose high watermark is above its last stable offset at the freeze: an open
-    transaction holding records, which the next owner must abort (read_committed readers must
-    never see them). `before_kill` runs just before the SIGKILL. Returns (partitions it owned,
-    messages read past the commits)."""
+    wait goes on. With `open_in` (an output topic), it is killed only when that topic also has,
+    in one of the victim's partitions, a high watermark above the last stable offset at the
+    freeze: an open transaction of the victim's holding records, which the next owner must
+    abort (read_committed readers must never see them). `before_kill` runs just before the
+    SIGKILL. Returns (partitions it owned, messages read past the commits)."""
     import asyncio
 
     from app.kafka.inspect import committed_offsets
@@ -141,7 +141,10 @@ def kill_with_reads_uncommitted(settings: Settings, victim: Spawned, topic: str,
         if unfinished and open_in is not None:
             from app.kafka.inspect import open_transaction_partitions
 
-            if not asyncio.run(open_transaction_partitions(settings, open_in)):
+            # its own partitions (outputs go to the source message's partition number): an
+            # open transaction of another worker's would be committed, not aborted
+            mine = {int(tp.rsplit(":", 1)[1]) for tp, o in read.items() if o is not None}
+            if not mine & set(asyncio.run(open_transaction_partitions(settings, open_in))):
                 unfinished = 0  # read past the commits, but nothing written yet: try again
         if unfinished:
             if before_kill is not None:

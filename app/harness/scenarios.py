@@ -31,10 +31,17 @@ from app.harness.proxy import FaultProxy
 from app.harness.rollout import Rollout, add_shifted_version
 from app.harness.topology import Topology
 from app.kafka import topics
-from app.kafka.inspect import committed_offsets, group_lag, topic_sizes
+from app.kafka.inspect import committed_offsets, group_lag, partition_ends, topic_sizes
+from app.settings import Settings
 from app.stack.kafka_cluster import KafkaCluster
 from app.stack.manager import Stack
 from app.stack.redis_cluster import RedisCluster
+
+
+def card_changelog(settings: Settings) -> str:
+    """The card table's changelog topic: Faust names it after the app id and the table."""
+    return f"{settings.app_id}-card_state-changelog"
+
 
 Fault = Callable[[Topology], None]
 
@@ -117,13 +124,65 @@ def kill_worker_five_times(topo: Topology) -> None:
         topo.start_worker()
 
 
+def _store_offsets(topo: Topology, port: int) -> dict[int, int]:
+    """The changelog offsets a stopped worker's card store holds, read from its directory."""
+    from app.stream.app import worker_datadir
+    from app.stream.state.carddb import CardDBOptions, held_offsets, open_db
+
+    datadir = worker_datadir(topo.settings.replace(state_dir=topo.tmp / "state"), port)
+    paths = list(datadir.glob("**/card_state.cards.rocksdb"))
+    if not paths:
+        return {}
+    db = open_db(paths[0], CardDBOptions())
+    try:
+        return held_offsets(db)
+    finally:
+        db.close()
+
+
+def _tail_restored(topo: Topology, worker: Spawned, held: dict[int, int],
+                   at_kill: dict[int, int]) -> None:
+    """Once `worker` (restarted on its own store, which held `held`) serves: what it restored
+    of each changelog partition is at most the changelog after the offset its store held (a
+    store thrown away would read each partition whole); the records the store was behind the
+    changelog at the kill (its last write before it) and the restored ones go to the report."""
+    changelog = card_changelog(topo.settings)
+    source = topo.settings.topic(topics.TRANSACTIONS)
+
+    def serving() -> dict[str, int] | None:
+        try:
+            reads = source_reads(worker, source)
+            page = worker.debug("consumer")["cards"]
+        except OSError:
+            return None
+        if not reads or any(r is None for r in reads.values()):
+            return None
+        return page["restored_by_partition"]
+
+    restored = {int(p): n for p, n in wait_until(
+        serving, timeout_s=120, interval_s=0.1,
+        what=f"worker {worker.port} to serve after its restart").items()}
+    now = asyncio.run(partition_ends(topo.settings, changelog))
+    tail = {p: now.get(p, 0) - (held.get(p, -1) + 1) for p in restored}
+    over = {p: (n, tail[p]) for p, n in restored.items() if n > tail[p]}
+    assert not over, (f"worker {worker.port} restored more than the changelog after its "
+                      f"store's offsets (partition: (restored, tail)): {over}")
+    for key, value in (("tail_restored", sum(restored.values())),
+                       ("store_behind_at_kill", sum(max(0, at_kill.get(p, 0) - (o + 1))
+                                                    for p, o in held.items())),
+                       ("full_restore_would_read", sum(now.get(p, 0) for p in restored))):
+        topo.extra[key] = int(topo.extra.get(key, 0)) + value  # type: ignore[call-overload]
+
+
 def kill_worker_restart_in_place(topo: Topology) -> None:
     """SIGKILL a worker three times, each time restarted on its own port: it finds its local
     card store and reads only the changelog after the offsets it holds."""
     rng = random.Random(7)
+    changelog = card_changelog(topo.settings)
     for fraction in sorted(rng.uniform(0.15, 0.8) for _ in range(3)):
         _at(topo, fraction)
         victim = rng.choice(topo.live_workers())
+        at_kill = asyncio.run(partition_ends(topo.settings, changelog))
         if topo.settings.processing == "exactly_once":
             # killed while a transaction of its holds served rows: they are aborted, and its
             # store, restarted in place, must not hold what those transactions wrote
@@ -134,7 +193,9 @@ def kill_worker_restart_in_place(topo: Topology) -> None:
             topo.extra["aborted_rows_required"] = 1
         else:
             _kill_holding_work(topo, victim)
-        topo.start_worker(port=victim.port)
+        held = _store_offsets(topo, victim.port)
+        assert held, f"worker {victim.port}'s store held nothing at the kill"
+        _tail_restored(topo, topo.start_worker(port=victim.port), held, at_kill)
 
 
 def kill_worker_for_good(topo: Topology) -> None:

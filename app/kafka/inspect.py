@@ -87,6 +87,21 @@ async def topic_sizes(settings: Settings, names: Iterable[str]) -> dict[str, int
         await consumer.stop()
 
 
+async def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
+    """Each partition of `topic` → its end offset now."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
+                                isolation_level=settings.isolation_level,
+                                enable_auto_commit=False)
+    await start_or_close(consumer)
+    try:
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public equivalent
+        return {tp.partition: end for tp, end in (await _end_offsets(consumer, topic)).items()}
+    finally:
+        await consumer.stop()
+
+
 async def read_topic(settings: Settings, topic: str, *, timeout_s: float = 60.0) -> list[Record]:
     """Every message of `topic` from the beginning up to its end offsets at call time (in
     exactly_once: committed messages only, up to the last stable offset)."""

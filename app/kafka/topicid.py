@@ -86,16 +86,13 @@ class MetadataResponse_v10(Response):  # noqa: N801 - aiokafka's naming of versi
     SCHEMA = _response_schema(cluster_operations=True)
 
 
-class MetadataResponse_v11(Response):  # noqa: N801
-    API_KEY = 3
+class MetadataResponse_v11(MetadataResponse_v10):  # noqa: N801
     API_VERSION = 11
     SCHEMA = _response_schema(cluster_operations=False)
 
 
-class MetadataResponse_v12(Response):  # noqa: N801 - v12: a topic's name may be null
-    API_KEY = 3
+class MetadataResponse_v12(MetadataResponse_v11):  # noqa: N801 - v12: a topic's name may be null
     API_VERSION = 12
-    SCHEMA = _response_schema(cluster_operations=False)
 
 
 class MetadataRequest_v10(RequestStruct):  # noqa: N801
@@ -106,20 +103,15 @@ class MetadataRequest_v10(RequestStruct):  # noqa: N801
     SCHEMA = _request_schema(cluster_operations=True)
 
 
-class MetadataRequest_v11(RequestStruct):  # noqa: N801
-    FLEXIBLE_VERSION = True
-    API_KEY = 3
+class MetadataRequest_v11(MetadataRequest_v10):  # noqa: N801
     API_VERSION = 11
     RESPONSE_TYPE = MetadataResponse_v11
     SCHEMA = _request_schema(cluster_operations=False)
 
 
-class MetadataRequest_v12(RequestStruct):  # noqa: N801
-    FLEXIBLE_VERSION = True
-    API_KEY = 3
+class MetadataRequest_v12(MetadataRequest_v11):  # noqa: N801 - the same request as v11
     API_VERSION = 12
     RESPONSE_TYPE = MetadataResponse_v12
-    SCHEMA = _request_schema(cluster_operations=False)
 
 
 class TopicIdRequest(Request[MetadataRequest_v10 | MetadataRequest_v11 | MetadataRequest_v12]):

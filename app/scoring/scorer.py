@@ -7,9 +7,9 @@ live worker's micro-batches and the offline oracle's single call therefore agree
 on CPU (across CPU models, kernels with and without FMA may differ in the last bits). On
 CUDA, TF32 is switched off (onnxruntime's CUDA provider enables it by default; its 10-bit
 products could move scores far more than policy.BOUNDARY_EPS); cuBLAS may still differ from
-the CPU by a few ulps, which is what the oracle's boundary flags are for. Measured on an H100
+the CPU by a few ulps, which is what the oracle's boundary flags are for. Measured on an H200
 (docs/performance.md, "On a GPU"): 50,000 real vectors, largest difference 1.55e-6, no
-decision differs; CUDA scores are not bit-identical across batch sizes, which the boundary
+decision outside the boundary band; CUDA scores are not bit-identical across batch sizes, which the boundary
 flags also cover.
 """
 

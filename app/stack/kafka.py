@@ -10,10 +10,10 @@ import subprocess
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from app.settings import Settings
 from app.stack.process import ManagedProcess
@@ -232,6 +232,19 @@ class KafkaNode:
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Block until the broker answers a metadata request, or raise with the log tail."""
+        answered, last = self._wait_answering(lambda: kafka_metadata_ok(self.address), timeout_s,
+                                              exited=f"{self.name} exited during start-up")
+        if not answered:
+            raise StackError(
+                f"{self.name} did not answer metadata on {self.address} within "
+                f"{timeout_s:.0f}s ({last!r}). Log tail:\n{self.process.log_tail()}"
+            )
+
+    def _wait_answering(self, probe: Callable[[], Coroutine[Any, Any, object]], timeout_s: float, *,
+                        exited: str) -> tuple[bool, Exception | None]:
+        """Run `probe` every half second until it succeeds or `timeout_s` has passed: whether
+        it succeeded, and its last failure. Raises StackError (`exited`, the log tail) when
+        the broker's process exits meanwhile."""
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
         # aiokafka logs every refused connection at ERROR; while waiting those are expected.
@@ -241,20 +254,16 @@ class KafkaNode:
         try:
             while time.monotonic() < deadline:
                 if self.process.exited():
-                    raise StackError(
-                        f"{self.name} exited during start-up. Log tail:\n{self.process.log_tail()}")
+                    raise StackError(f"{exited}. Log tail:\n{self.process.log_tail()}")
                 try:
-                    asyncio.run(kafka_metadata_ok(self.address))
-                    return
+                    asyncio.run(probe())
+                    return True, None
                 except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
                     last = exc
                     time.sleep(0.5)
         finally:
             quiet.setLevel(level)
-        raise StackError(
-            f"{self.name} did not answer metadata on {self.address} within "
-            f"{timeout_s:.0f}s ({last!r}). Log tail:\n{self.process.log_tail()}"
-        )
+        return False, last
 
     def stop(self) -> bool:
         """Stop our broker (SIGTERM: a clean shutdown keeps every log and offset)."""

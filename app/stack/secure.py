@@ -7,7 +7,6 @@ import asyncio
 import logging
 import secrets
 import subprocess
-import time
 import uuid
 from base64 import urlsafe_b64encode
 from dataclasses import dataclass
@@ -185,25 +184,10 @@ class SecureKafkaNode(KafkaNode):
                                     timeout_s=5.0) as admin:
                 await asyncio.wait_for(admin.list_topics(), 5.0)
 
-        deadline = time.monotonic() + timeout_s
-        last: Exception | None = None
-        quiet = logging.getLogger("aiokafka")
-        level = quiet.level
-        quiet.setLevel(logging.CRITICAL)
-        try:
-            while time.monotonic() < deadline:
-                if self.process.exited():
-                    raise StackError(f"secure Kafka exited. Log tail:\n{self.process.log_tail()}")
-                try:
-                    asyncio.run(probe())
-                    return
-                except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
-                    last = exc
-                    time.sleep(0.5)
-        finally:
-            quiet.setLevel(level)
-        raise StackError(f"secure Kafka did not answer within {timeout_s:.0f}s ({last!r}).\n"
-                         f"Log tail:\n{self.process.log_tail()}")
+        answered, last = self._wait_answering(probe, timeout_s, exited="secure Kafka exited")
+        if not answered:
+            raise StackError(f"secure Kafka did not answer within {timeout_s:.0f}s ({last!r}).\n"
+                             f"Log tail:\n{self.process.log_tail()}")
 
 
 class SecureRedisNode(RedisNode):

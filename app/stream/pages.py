@@ -41,9 +41,15 @@ def add_consumer_page(app: faust.App, card_state: FencedTable, pipeline: Transac
                                    "cached_events": None if light else pipeline.cached_events,
                                    "store_memory": card_state.store_memory(),
                                    "restored": card_state.restorer.restored,
+                                   "restored_by_partition": {
+                                       str(p): n for p, n in
+                                       card_state.restorer.restored_by_partition.items()},
                                    "standby_lag": standby_lag(recovery),
                                    "standbys": sorted(f"{tp.topic}:{tp.partition}"
                                                       for tp in recovery.standby_tps)},
+                         "lists": {"control_offset": engine.stage.lists_offset,
+                                   "decided_from": {str(p): o for p, o in
+                                                    engine.stage.lists_from.items()}},
                          "checkpoint": {"in_flight": engine.checkpoint.in_flight,
                                         "held": engine.checkpoint.held,
                                         "completed": engine.checkpoint.completed},

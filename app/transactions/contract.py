@@ -10,6 +10,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 import orjson
 
+from app.errors import FieldErrorCode
 from app.ids import ID_RE, ID_RULE
 
 Channel = Literal["pos", "ecom", "atm"]
@@ -26,17 +27,7 @@ _CURRENCY_RE: Final = re.compile(r"[A-Z]{3}")
 _COUNTRY_RE: Final = re.compile(r"[A-Z]{2}")
 
 #: Reason codes used in DLQ headers and as the metric label; stable, low cardinality.
-ReasonCode = Literal[
-    "too_large",
-    "invalid_utf8",
-    "invalid_json",
-    "not_object",
-    "missing_field",
-    "unknown_field",
-    "wrong_type",
-    "out_of_range",
-    "bad_format",
-]
+ReasonCode = Literal["too_large", "invalid_utf8", FieldErrorCode]
 
 
 class Transaction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -33,6 +33,19 @@ class CardStore(Protocol):
         """Persist the card's record; `partition` is the source partition of its last message."""
 
 
+class DictCards:
+    """A CardStore in a dict (`data`: card id → record), for unit tests and benchmarks."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def load(self, card_id: str) -> bytes | None:
+        return self.data.get(card_id)
+
+    def save(self, card_id: str, data: bytes, partition: int) -> None:
+        self.data[card_id] = data
+
+
 class MerchantFeatures(Protocol):
     """The label-fed merchant features as the worker reads them (app.stream.feeds.labelfeed)."""
 

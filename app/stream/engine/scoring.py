@@ -37,6 +37,10 @@ class ScoringStage:
         #: The allow/block lists and the rules, replaced whole by app.stream.feeds.controlfeed (read
         #: once per batch; a new set applies from the next batch on).
         self.lists: Lists = EMPTY
+        #: the control offset the lists were read through, and per source partition the first
+        #: offset decided with them: where each partition switched (the debug page shows it)
+        self.lists_offset = -1
+        self.lists_from: dict[int, int] = {}
         self.rules: RuleSet = NO_RULES
         self.model = model
         self.drift = DriftStage(settings)
@@ -70,6 +74,8 @@ class ScoringStage:
     def install_lists(self, lists: Lists, offset: int) -> None:
         """The lists as read through control offset `offset`, for the next batch on."""
         self.lists = lists
+        self.lists_offset = offset
+        self.lists_from = {}
         log.info("allow/block lists through control offset %d: %d entries", offset, len(lists))
 
     def install_rules(self, rules: RuleSet, offset: int) -> None:
@@ -95,6 +101,9 @@ class ScoringStage:
         self.drift.observe(scored, matrix, scores)
         decided_at = self.clock_ms()
         lists, rules, thresholds = self.lists, self.rules, self.thresholds
+        first = self.lists_from
+        for s in scored:  # in source order per partition: the first one seen is the switch
+            first.setdefault(s.source.partition, s.source.offset)
         entries = ([lists.match(s.txn.card_id, s.txn.merchant_id) for s in scored]
                    if lists.entries else None)
         deciding = self._rules(rules, scored, scores, entries)

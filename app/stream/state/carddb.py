@@ -8,7 +8,8 @@ The changelog offset up to which the database holds a partition is stored in the
 itself, in the same atomic write batch as the records it covers (`write`): RocksDB's WAL
 replays whole batches after a crash, so the stored offset is never ahead of the data (a
 restart reads only the changelog after it, app.stream.state.restore). A database that cannot be
-opened (corrupt, or written by an incompatible version) is moved aside and started empty:
+opened, or whose blocks fail their checksums when read through once at open (corrupt), or
+written by an incompatible version, is moved aside and started empty:
 local state is a cache of the changelog, never the truth. The database also records what it
 mirrors (app id, changelog topic and topic id: app.stream.state.lineage), and a store, or a
 partition of it, that no longer mirrors its changelog is discarded before it is read.
@@ -101,6 +102,12 @@ def open_db(path: Path, options: CardDBOptions) -> rocksdict.Rdict:
             raise
         _move_aside(path, repr(exc))
         db = _open(path, options)
+    try:
+        verify(db)
+    except Exception as exc:  # noqa: BLE001 - RocksDB reports corruption as a bare Exception
+        db.close()
+        _move_aside(path, repr(exc))
+        db = _open(path, options)
     marker = db.get(_FORMAT_KEY)
     if marker != _FORMAT:
         if marker is not None or _has_data(db):
@@ -109,6 +116,23 @@ def open_db(path: Path, options: CardDBOptions) -> rocksdict.Rdict:
             db = _open(path, options)
         db.put(_FORMAT_KEY, _FORMAT)
     return db
+
+
+def verify(db: rocksdict.Rdict) -> None:
+    """Read every record once with block checksums verified, past the block cache: a corrupt
+    SST file opens without complaint and fails only at the first read of a block in it, which
+    would be a card's read mid-stream. About 0.5 s per 500 MB of store."""
+    read = rocksdict.ReadOptions()
+    read.fill_cache(False)
+    read.set_verify_checksums(True)
+    it = db.iter(read)
+    try:
+        it.seek_to_first()
+        while it.valid():
+            it.next()
+        it.status()  # raises the corruption that stopped the iteration
+    finally:
+        del it  # an iterator keeps the database open (and locked) while it lives
 
 
 def _has_data(db: rocksdict.Rdict) -> bool:

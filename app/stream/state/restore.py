@@ -154,6 +154,9 @@ class ChangelogRestorer:
         #: read with `RawReader` first (False: aiokafka's consumer only)
         self.raw_fetch = raw_fetch
         self.restored = 0
+        #: changelog partition → records restored into it since start (a restart on its own
+        #: store reads only each partition's tail: at most what was written since the crash)
+        self.restored_by_partition: dict[int, int] = {}
         self.skipped_stale = 0
         #: partitions the raw reader handed over to the consumer, and why (last few)
         self.handed_over: list[str] = []
@@ -220,6 +223,9 @@ class ChangelogRestorer:
                 finally:
                     await consumer.stop()
         self.restored += count
+        for load in loads:
+            self.restored_by_partition[load.partition] = (
+                self.restored_by_partition.get(load.partition, 0) + load.count)
         metrics.CARDS_RESTORED.inc(count)
         took = time.monotonic() - t0
         if count:

@@ -165,21 +165,25 @@ class ServiceProcess:
         return self.proc.returncode
 
 
+def _service_env(redis_url: str, **overrides: str) -> dict[str, str]:
+    """A test service's environment: Redis at `redis_url`, the test token, no label forwarder."""
+    return {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "FRAUDSTREAM_ACTION_TOKEN": TOKEN,
+        "FRAUDSTREAM_LABELS_FORWARD": "0",
+        "PYTHONPATH": str(REPO_ROOT),
+        **overrides,
+    }
+
+
 @pytest.fixture
 def service_process(action_redis_url: str) -> Iterator[Callable[..., ServiceProcess]]:
     """Factory for action-service child processes on DB 3; all are stopped afterwards."""
     spawned: list[ServiceProcess] = []
 
     def spawn(**env_overrides: str) -> ServiceProcess:
-        env = {
-            **os.environ,
-            "REDIS_URL": action_redis_url,
-            "FRAUDSTREAM_ACTION_TOKEN": TOKEN,
-            "FRAUDSTREAM_LABELS_FORWARD": "0",
-            "PYTHONPATH": str(REPO_ROOT),
-            **env_overrides,
-        }
-        service = ServiceProcess(free_port(), env)
+        service = ServiceProcess(free_port(), _service_env(action_redis_url, **env_overrides))
         spawned.append(service)
         return service
 
@@ -193,14 +197,7 @@ def module_service_url(redis_url: str) -> Iterator[str]:
     """One action-service process shared by a module, on DB 3 (flushed before and after)."""
     url = with_db(redis_url, ACTION_DB)
     flush_db(url)
-    env = {
-        **os.environ,
-        "REDIS_URL": url,
-        "FRAUDSTREAM_ACTION_TOKEN": TOKEN,
-        "FRAUDSTREAM_LABELS_FORWARD": "0",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
-    service = ServiceProcess(free_port(), env)
+    service = ServiceProcess(free_port(), _service_env(url))
     service.start()
     try:
         yield service.url

@@ -11,6 +11,7 @@ from app.action_service.ledger import (
     read_effects_async,
 )
 from app.action_service.redis_keys import card_key, idem_key
+from tests.support.cards import unknown_card_view
 
 pytestmark = pytest.mark.integration
 
@@ -161,22 +162,7 @@ async def test_alert_list_per_card_is_bounded(make_settings, redis, auth, new_ac
 async def test_unknown_card_is_active_without_alerts(client, auth):
     response = await client.get("/v1/cards/never-seen", headers=auth())
     assert response.status == 200
-    assert await response.json() == {
-        "card_id": "never-seen",
-        "status": "active",
-        "frozen_at_ms": None,
-        "reason": None,
-        "txn_id": None,
-        "explanation": None,
-        "decided_by": None,
-        "rule": None,
-        "released_at_ms": None,
-        "released_by": None,
-        "confirmed_fraud": False,
-        "alerts_total": 0,
-        "alerts": [],
-        "history": [],
-    }
+    assert await response.json() == unknown_card_view("never-seen")
 
 
 async def test_get_action_returns_the_stored_record_or_404(client, auth, new_action):

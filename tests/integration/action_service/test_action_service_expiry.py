@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import pytest
+from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 
 from app.action_service.app import create_app
 from app.action_service.ledger import count_effects_async
 from app.action_service.redis_keys import idem_key
+from app.actions import Action
 
 pytestmark = pytest.mark.integration
 
@@ -27,6 +30,12 @@ async def short(make_settings):
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+async def _post(client: TestClient, auth: Callable[..., dict[str, str]],
+                act: Action) -> ClientResponse:
+    """POST /v1/actions of `act` under its own idempotency key."""
+    return await client.post("/v1/actions", data=act.to_json(), headers=auth(act.idempotency_key))
 
 
 async def _wait_until_gone(redis, key: str, timeout_s: float = 2 * TTL_S + 3) -> None:
@@ -58,9 +67,7 @@ async def test_key_expires_and_a_late_replay_is_410_not_a_second_effect(
 
 async def test_old_action_with_unknown_key_is_410(short, redis, auth, new_action):
     old = new_action("alert_customer", "txn-old", "card-old", decided_at_ms=_now_ms() - 1_500)
-    response = await short.post(
-        "/v1/actions", data=old.to_json(), headers=auth(old.idempotency_key)
-    )
+    response = await _post(short, auth, old)
     assert response.status == 410
     assert await count_effects_async(redis) == 0
     assert "action_service_gone_total 1.0" in await (await short.get("/metrics")).text()
@@ -73,10 +80,8 @@ async def test_old_action_whose_key_still_exists_is_a_harmless_replay(
     old = new_action(
         "freeze_card", "txn-keep", "card-keep", ts_ms=fresh.ts_ms, decided_at_ms=_now_ms() - 1_500
     )
-    assert (
-        await short.post("/v1/actions", data=fresh.to_json(), headers=auth(fresh.idempotency_key))
-    ).status == 201
-    replay = await short.post("/v1/actions", data=old.to_json(), headers=auth(old.idempotency_key))
+    assert (await _post(short, auth, fresh)).status == 201
+    replay = await _post(short, auth, old)
     assert replay.status == 200
     assert replay.headers["Idempotent-Replayed"] == "true"
     assert await count_effects_async(redis) == 1
@@ -84,8 +89,6 @@ async def test_old_action_whose_key_still_exists_is_a_harmless_replay(
 
 async def test_just_inside_the_window_is_applied(short, redis, auth, new_action):
     recent = new_action("freeze_card", "txn-recent", "card-recent", decided_at_ms=_now_ms() - 300)
-    response = await short.post(
-        "/v1/actions", data=recent.to_json(), headers=auth(recent.idempotency_key)
-    )
+    response = await _post(short, auth, recent)
     assert response.status == 201
     assert await count_effects_async(redis) == 1

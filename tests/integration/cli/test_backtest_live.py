@@ -1,11 +1,10 @@
-"""`fraudstream backtest` with the active policy reproduces exactly the actions the live pipeline
-emitted for the same log, with the same allow/block lists (set and read back through
+"""`fraudstream backtest` with the active policy (a thresholds override included) reproduces
+exactly the actions the live pipeline emitted for the same messy log (out-of-order, late,
+redelivered and malformed lines), with the same allow/block lists (set and read back through
 `fraudstream lists`); a stricter policy shows fewer freezes and lists the diff."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -17,34 +16,29 @@ from app.harness.pipeline import (
     lines_of,
     live_actions,
     make_log,
-    replay,
+    replay_and_settle,
     require_compiled_fold,
     send_label_records,
-    wait_dispatched,
-    wait_drained,
     with_own_service,
 )
-from app.harness.procs import (
-    http_ready,
-    settings_env,
-    spawn_action_service,
-    spawn_worker,
-    wait_until,
-)
+from app.harness.procs import wait_until
+from app.scoring.registry import ModelRegistry
 from app.settings import Settings
+from tests.support.live import StartActionService, StartWorker, run_cli
 
 pytestmark = pytest.mark.integration
 
 
-def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], env=settings_env(settings),
-                          capture_output=True, text=True, timeout=300, check=False)
-
-
-def test_backtest_reproduces_the_live_actions(fresh_settings: Settings, tmp_path: Path) -> None:
+def test_backtest_reproduces_the_live_actions(fresh_settings: Settings, tmp_path: Path,
+                                              start_action_service: StartActionService,
+                                              start_worker: StartWorker) -> None:
     require_compiled_fold()
-    settings = with_own_service(fresh_settings, redis_db=11)
-    log = make_log(cards=300, txns=6000, seed=32)
+    # the active policy: the card's thresholds with the freeze one overridden (worker and
+    # backtest both read FRAUDSTREAM_FREEZE_THRESHOLD); a messy log: out-of-order, late,
+    # redelivered and malformed lines, as a producer's log is
+    settings = with_own_service(fresh_settings, redis_db=11).replace(freeze_threshold=0.5)
+    log = make_log(cards=300, txns=6000, seed=32, out_of_order=0.03, redelivery=0.02,
+                   malformed=0.01)
     events, labels = tmp_path / "log.jsonl", tmp_path / "log.labels.jsonl"
     write_log(log, events, labels)
     lines = lines_of(log)
@@ -53,38 +47,32 @@ def test_backtest_reproduces_the_live_actions(fresh_settings: Settings, tmp_path
     # features come from them)
     send_label_records(settings, label_records(log))
 
-    service = spawn_action_service(settings, tmp_path)
-    worker = spawn_worker(settings, tmp_path)
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        bad = _cli(settings, "lists", "add", "block", "card", "c 1", "--reason", "mule")
-        assert bad.returncode == 1 and "422" in bad.stderr and "(field: id)" in bad.stderr
-        assert len(bad.stderr.strip().splitlines()) == 1
-        added = _cli(settings, "lists", "add", "block", "card", blocked, "--reason", "mule")
-        assert added.returncode == 0, added.stderr
-        assert f"card {blocked} is on the block list" in added.stdout
-        shown = _cli(settings, "lists", "show", "--json")
-        assert shown.returncode == 0, shown.stderr
-        lists_file = tmp_path / "lists.jsonl"
-        lists_file.write_text(shown.stdout)
-        assert [orjson.loads(x)["id"] for x in shown.stdout.splitlines()] == [blocked]
-        # the worker applies the entry from the batch after it read it: wait for it
-        wait_until(lambda: b'fraudstream_list_entries{list="block"} 1.0' in _metrics(worker.port),
-                   timeout_s=120, what="the worker to read the block entry")
+    service = start_action_service(settings)
+    worker = start_worker(settings)
+    bad = run_cli(settings, "lists", "add", "block", "card", "c 1", "--reason", "mule")
+    assert bad.returncode == 1 and "422" in bad.stderr and "(field: id)" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    added = run_cli(settings, "lists", "add", "block", "card", blocked, "--reason", "mule")
+    assert added.returncode == 0, added.stderr
+    assert f"card {blocked} is on the block list" in added.stdout
+    shown = run_cli(settings, "lists", "show", "--json")
+    assert shown.returncode == 0, shown.stderr
+    lists_file = tmp_path / "lists.jsonl"
+    lists_file.write_text(shown.stdout)
+    assert [orjson.loads(x)["id"] for x in shown.stdout.splitlines()] == [blocked]
+    # the worker applies the entry from the batch after it read it: wait for it
+    wait_until(lambda: b'fraudstream_list_entries{list="block"} 1.0' in _metrics(worker.port),
+               timeout_s=120, what="the worker to read the block entry")
 
-        sent = replay(settings, lines)
-        wait_drained(settings, [worker], expected=sent)
-        wait_dispatched(settings)
-    finally:
-        worker.stop()
-        service.stop()
+    replay_and_settle(settings, [worker], lines)
+    worker.stop()
+    service.stop()
 
     out, diff, strict = tmp_path / "bt.jsonl", tmp_path / "diff.jsonl", tmp_path / "strict.json"
     strict.write_text('{"freeze": 0.97}')
-    result = _cli(settings, "backtest", "--events", str(events), "--labels", str(labels),
-                  "--lists", str(lists_file), "--policy", str(strict),
-                  "--out-actions", str(out), "--diff-out", str(diff))
+    result = run_cli(settings, "backtest", "--events", str(events), "--labels", str(labels),
+                     "--lists", str(lists_file), "--policy", str(strict),
+                     "--out-actions", str(out), "--diff-out", str(diff))
     assert result.returncode == 0, result.stderr
     offline = {a["idempotency_key"]: a for a in map(orjson.loads, out.read_bytes().splitlines())}
     live = live_actions(settings)
@@ -98,6 +86,13 @@ def test_backtest_reproduces_the_live_actions(fresh_settings: Settings, tmp_path
                                              "decided_by", "rule")}, key
             assert abs(action["score"] - expected["score"]) <= 1e-5
     assert any(a["decided_by"] == "block_list" for a in offline.values())
+    # the override decided: freezes between the card's threshold and 0.5 became alerts
+    card = ModelRegistry(settings.model_dir, device="cpu").load(settings.model_version)
+    assert card.thresholds.freeze < 0.5
+    model = [a for a in offline.values() if a["decided_by"] == "model"]
+    assert all(a["score"] >= 0.5 for a in model if a["type"] == "freeze_card")
+    assert any(a["type"] == "alert_customer" and a["score"] >= card.thresholds.freeze
+               for a in model)
 
     # the stricter policy freezes less, and the diff is the freezes it no longer makes
     changes = [orjson.loads(x) for x in diff.read_bytes().splitlines()]

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from app.harness.pipeline import (
     lines_of,
     make_log,
-    replay,
+    replay_and_settle,
     run_counts,
-    wait_dispatched,
-    wait_drained,
     with_own_service,
 )
-from app.harness.procs import (
-    Spawned,
-    free_port,
-    http_ready,
-    settings_env,
-    spawn_action_service,
-    spawn_worker,
-    wait_until,
-)
+from app.harness.procs import free_port, http_ready, wait_until
 from app.settings import Settings
 from tests.support import dashboard as dash
+from tests.support.live import StartActionService, StartQuality, StartWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,37 +29,29 @@ def _page(url: str) -> str:
         return resp.read().decode()
 
 
-def test_the_dashboard_queries_only_exported_metrics(fresh_settings: Settings,
-                                                     tmp_path: Path) -> None:
+def test_the_dashboard_queries_only_exported_metrics(
+        fresh_settings: Settings, start_action_service: StartActionService,
+        start_worker: StartWorker, start_quality: StartQuality) -> None:
     settings = with_own_service(fresh_settings, DASHBOARD_REDIS_DB)
-    port = settings.action_service_port
     listen = free_port()
-    service = spawn_action_service(settings, tmp_path, port=port)
+    service = start_action_service(settings, port=settings.action_service_port)
     # as docker-compose.yml runs it: Prometheus scrapes --metrics-listen
-    worker = spawn_worker(settings, tmp_path, args=["--metrics-listen", f"127.0.0.1:{listen}"])
-    quality_port = free_port()
-    quality = Spawned([sys.executable, "-m", "app.cli.main", "quality", "--port",
-                       str(quality_port)], settings_env(settings), tmp_path / "quality.log")
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        wait_until(lambda: http_ready(f"http://127.0.0.1:{worker.port}/metrics"), timeout_s=60,
-                   what="the worker's metrics page")
-        log = make_log(cards=40, txns=600, malformed=0.05)
-        lines = lines_of(log)
-        replay(settings, lines)
-        wait_drained(settings, [worker], expected=len(lines))
-        wait_dispatched(settings)  # every effect applied before the pages are read
-        web_page = _page(f"http://127.0.0.1:{worker.port}/metrics")
-        listen_page = _page(f"http://127.0.0.1:{listen}/metrics")
-        service_page = _page(f"{settings.action_service_url}/metrics")
-        wait_until(lambda: http_ready(f"http://127.0.0.1:{quality_port}/metrics"), timeout_s=60,
-                   what="the quality page")
-        quality_page = _page(f"http://127.0.0.1:{quality_port}/metrics")
-    finally:
-        quality.stop(timeout_s=30)
-        worker.stop(timeout_s=30)
-        service.stop(timeout_s=30)
+    worker = start_worker(settings, args=["--metrics-listen", f"127.0.0.1:{listen}"])
+    quality = start_quality(settings)
+    wait_until(lambda: http_ready(f"http://127.0.0.1:{worker.port}/metrics"), timeout_s=60,
+               what="the worker's metrics page")
+    log = make_log(cards=40, txns=600, malformed=0.05)
+    lines = lines_of(log)
+    replay_and_settle(settings, [worker], lines)  # every effect applied before the pages are read
+    web_page = _page(f"http://127.0.0.1:{worker.port}/metrics")
+    listen_page = _page(f"http://127.0.0.1:{listen}/metrics")
+    service_page = _page(f"{settings.action_service_url}/metrics")
+    wait_until(lambda: http_ready(f"http://127.0.0.1:{quality.port}/metrics"), timeout_s=60,
+               what="the quality page")
+    quality_page = _page(f"http://127.0.0.1:{quality.port}/metrics")
+    quality.stop(timeout_s=30)
+    worker.stop(timeout_s=30)
+    service.stop(timeout_s=30)
 
     queried = {**dash.queried_names(dash.load()), **dash.rule_queried_names()}
     ours = {n for n in queried if n.startswith(("fraudstream_", "action_service_"))}

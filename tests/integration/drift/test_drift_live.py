@@ -9,10 +9,12 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.datagen.config import DAY_MS, parse_time_ms
 from app.datagen.drift import parse_drift_spec
+from app.drift.monitor import WINDOWS as DRIFT_WINDOWS
 from app.drift.monitor import DriftMonitor
 from app.drift.offline import drift_of_features
 from app.features.declaration import FEATURE_NAMES, FEATURES
@@ -24,6 +26,7 @@ from app.harness.pipeline import (
     replay,
     require_compiled_fold,
     send_label_records,
+    served_rows,
     wait_drained,
 )
 from app.harness.procs import spawn_worker
@@ -83,6 +86,35 @@ def _assert_online_equals_offline(samples: Samples, offline: DriftMonitor) -> No
         assert score_counts == state.counts["score"]
 
 
+def _assert_counts_recomputed(settings: Settings, samples: Samples) -> None:
+    """The worker's window counts against bins computed here from the served rows alone: the
+    model card's edges, np.searchsorted (bin = number of edges <= value), the window's slots
+    up to the newest event's (not the monitor's code: an independent count)."""
+    model = ModelRegistry(settings.model_dir, device="cpu").load(settings.model_version)
+    reference = DriftReference.of_card(model.card.raw, model.version)
+    rows = [r for r in served_rows(settings) if not r["redelivered"]]
+    assert len({(r["partition"], r["offset"]) for r in rows}) == len(rows)
+    ts = np.array([r["ts_ms"] for r in rows], dtype=np.int64)
+    series = {"score": np.array([r["score"] for r in rows], dtype=np.float64)}
+    series.update({n: np.array([r["features"][n] for r in rows], dtype=np.float64)
+                   for n in ("sum_1h", "count_24h", "amount_to_mean_30d")})
+    bins = dict(reference.series)
+    for spec in DRIFT_WINDOWS:
+        slot = ts // spec.slot_ms
+        inside = slot > slot.max() - spec.slots
+        for name, values in series.items():
+            edges = np.asarray(bins[name].edges, dtype=np.float64)
+            want = np.bincount(np.searchsorted(edges, values[inside], side="right"),
+                               minlength=len(edges) + 1).tolist()
+            if name == "score":
+                live = [samples.total("fraudstream_drift_score_count", window=spec.name,
+                                      bin=str(b)) for b in range(len(want))]
+            else:
+                live = [samples.total("fraudstream_drift_feature_count", feature=name,
+                                      window=spec.name, bin=str(b)) for b in range(len(want))]
+            assert live == want, (name, spec.name)
+
+
 def _replay_to_worker(settings: Settings, tmp_path: Path, lines: Sequence[bytes]) -> Samples:
     worker = spawn_worker(settings, tmp_path, dispatch=False)
     try:
@@ -114,6 +146,7 @@ def test_undrifted_log_keeps_every_psi_below_watch(fresh_settings: Settings,
     assert not high, high  # NaN would show here too
     assert all(not math.isnan(v) for v in psi.values())
     _assert_online_equals_offline(samples, _offline(fresh_settings, lines))
+    _assert_counts_recomputed(fresh_settings, samples)
 
 
 def test_drifted_log_crosses_alert_within_an_hour_of_event_time(fresh_settings: Settings,
@@ -143,3 +176,4 @@ def test_drifted_log_crosses_alert_within_an_hour_of_event_time(fresh_settings: 
     assert psi[("score", "24h")] < psi[("score", "1h")]
     assert not math.isnan(psi[("score", "24h")])
     _assert_online_equals_offline(samples, _offline(fresh_settings, lines))
+    _assert_counts_recomputed(fresh_settings, samples)

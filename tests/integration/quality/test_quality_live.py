@@ -6,9 +6,6 @@ maturity)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 
 import orjson
@@ -18,27 +15,23 @@ from app.datagen.writer import write_log
 from app.harness.pipeline import (
     lines_of,
     make_log,
-    replay,
+    replay_and_settle,
     require_compiled_fold,
-    wait_dispatched,
-    wait_drained,
     with_own_service,
 )
-from app.harness.procs import (
-    Spawned,
-    free_port,
-    http_ready,
-    settings_env,
-    spawn_action_service,
-    spawn_worker,
-    wait_until,
-)
+from app.harness.procs import wait_until
 from app.quality.book import DAY_MS
 from app.scoring.backtest import Rows, Truth, day_of, evaluate
-from app.scoring.oracle import run_oracle
-from app.scoring.registry import ModelRegistry
 from app.settings import Settings
 from app.transactions.labels import parse_label_row
+from tests.support.live import (
+    StartActionService,
+    StartQuality,
+    StartWorker,
+    metrics_page,
+    offline_run,
+    run_cli,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -48,8 +41,7 @@ _SAMPLE = re.compile(r'^(fraudstream_quality_\w+)\{day="([\w-]+)",maturity="(\w+
 def _scrape(port: int) -> tuple[dict[tuple[str, str, str], float], float]:
     """Every (metric, day, maturity) sample and the count of labels read."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
-            text = resp.read().decode()
+        text = metrics_page(port, timeout_s=5)
     except OSError:
         return {}, -1.0
     labels = re.search(r"^fraudstream_quality_labels (\S+)$", text, re.M)
@@ -58,52 +50,41 @@ def _scrape(port: int) -> tuple[dict[tuple[str, str, str], float], float]:
 
 
 def test_live_precision_and_recall_match_the_offline_computation(
-        fresh_settings: Settings, tmp_path: Path) -> None:
+        fresh_settings: Settings, tmp_path: Path, start_action_service: StartActionService,
+        start_worker: StartWorker, start_quality: StartQuality) -> None:
     require_compiled_fold()
     settings = with_own_service(fresh_settings, redis_db=12)
     log = make_log(cards=300, txns=6000, seed=33)
     events, labels_path = tmp_path / "log.jsonl", tmp_path / "log.labels.jsonl"
     write_log(log, events, labels_path)
     lines = lines_of(log)
-    service = spawn_action_service(settings, tmp_path)
-    worker = spawn_worker(settings, tmp_path)
-    port = free_port()
-    quality = Spawned([sys.executable, "-m", "app.cli.main", "quality", "--port", str(port)],
-                      settings_env(settings), tmp_path / "quality.log")
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        sent = replay(settings, lines)
-        wait_drained(settings, [worker], expected=sent)
-        wait_dispatched(settings)
-        ingest = subprocess.run([sys.executable, "-m", "app.cli.main", "labels",
-                                 "--labels", str(labels_path)], env=settings_env(settings),
-                                capture_output=True, text=True, timeout=300, check=False)
-        assert ingest.returncode == 0, ingest.stderr
-        rows = [parse_label_row(orjson.loads(x), now_ms=2**62)
-                for x in labels_path.read_bytes().splitlines() if x.strip()]
-        wait_until(lambda: _scrape(port)[1] == len({r.label_id for r in rows}), timeout_s=120,
-                   what="the quality feed to read every label")
-        # the figures follow the records within an interval: wait until two scrapes agree
-        previous: list[object] = [None]
+    service = start_action_service(settings)
+    worker = start_worker(settings)
+    quality = start_quality(settings)
+    port = quality.port
+    replay_and_settle(settings, [worker], lines)
+    ingest = run_cli(settings, "labels", "--labels", str(labels_path))
+    assert ingest.returncode == 0, ingest.stderr
+    rows = [parse_label_row(orjson.loads(x), now_ms=2**62)
+            for x in labels_path.read_bytes().splitlines() if x.strip()]
+    wait_until(lambda: _scrape(port)[1] == len({r.label_id for r in rows}), timeout_s=120,
+               what="the quality feed to read every label")
+    # the figures follow the records within an interval: wait until two scrapes agree
+    previous: list[object] = [None]
 
-        def settled() -> dict[tuple[str, str, str], float] | None:
-            now = _scrape(port)[0]
-            stable = now and now == previous[0]
-            previous[0] = now
-            return now if stable else None
+    def settled() -> dict[tuple[str, str, str], float] | None:
+        now = _scrape(port)[0]
+        stable = now and now == previous[0]
+        previous[0] = now
+        return now if stable else None
 
-        live = wait_until(settled, timeout_s=60, interval_s=3.0, what="stable figures")
-    finally:
-        quality.stop()
-        worker.stop()
-        service.stop()
+    live = wait_until(settled, timeout_s=60, interval_s=3.0, what="stable figures")
+    quality.stop()
+    worker.stop()
+    service.stop()
 
     # offline: the same log through the same features, model and policy; the same labels
-    registry = ModelRegistry(settings.model_dir, device="cpu")
-    oracle = run_oracle(lines, registry, version=settings.model_version, explain=False,
-                        allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=log_now(),
-                        extra=("merchant_id", "amount_minor"))
+    oracle = offline_run(settings, lines, now_ms=log_now(), extra=("merchant_id", "amount_minor"))
     table = oracle.offline.table
     offline_rows = Rows(*(table.column(n).to_pylist() for n in
                           ("txn_id", "card_id", "ts_ms", "amount_minor")), oracle.scores.tolist())

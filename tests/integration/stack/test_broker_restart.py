@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 
 import orjson
 import pytest
 
 from app.harness.pipeline import dlq_sources, lines_of, make_log, read, wait_drained
-from app.harness.procs import spawn_worker, wait_all_assigned, wait_until
+from app.harness.procs import wait_all_assigned, wait_until
 from app.kafka import topics
 from app.kafka.inspect import _committed_offsets, admin_client, topic_sizes
 from app.kafka.replay import ReplayReport, replay_messages
 from app.settings import Settings
 from app.stack.manager import Stack
+from tests.support.live import StartWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,7 +27,7 @@ async def _committed_total(settings: Settings) -> int:
                if tp.topic == settings.topic(topics.TRANSACTIONS) and m.offset > 0)
 
 
-def test_broker_restart_mid_replay(fresh_settings: Settings, tmp_path: Path) -> None:
+def test_broker_restart_mid_replay(fresh_settings: Settings, start_worker: StartWorker) -> None:
     stack = Stack(fresh_settings)
     if not stack.manages_kafka:
         pytest.skip("Kafka is external (KAFKA_BOOTSTRAP names another cluster)")
@@ -36,41 +36,39 @@ def test_broker_restart_mid_replay(fresh_settings: Settings, tmp_path: Path) -> 
     source = fresh_settings.topic(topics.TRANSACTIONS)
     # no dispatcher: nothing here answers its POSTs, and its retries would hold the rebalance
     # the broker restart causes
-    worker = spawn_worker(fresh_settings, tmp_path, dispatch=False)
+    worker = start_worker(fresh_settings, dispatch=False)
     result: dict[str, ReplayReport] = {}
 
     def produce() -> None:
         result["report"] = asyncio.run(replay_messages(fresh_settings, lines, rate=2_000))
 
     producer = threading.Thread(target=produce, daemon=True)
-    try:
-        # the worker in the group first, so that its first commit comes while the replay runs
-        wait_all_assigned([worker], source)
-        producer.start()
-        wait_until(lambda: asyncio.run(_committed_total(fresh_settings)) > 0, timeout_s=60,
-                   what="a first offset commit")
-        committed_before = asyncio.run(_committed_total(fresh_settings))
-        in_before = asyncio.run(topic_sizes(fresh_settings, [source]))[source]
-        assert producer.is_alive() and in_before < len(lines), (
-            f"the replay was over ({in_before}/{len(lines)} in) before the broker stopped")
-        assert stack.kafka.stop(), "the broker was not ours to stop"
-        # still running with the broker down: the restart hit a replay in flight, which had to
-        # carry on against the restarted broker
-        assert producer.is_alive(), "the replay finished while the broker was stopping"
-        assert stack.kafka.start()
-        stack.kafka.wait_ready()
-        producer.join(timeout=180)
-        assert not producer.is_alive(), "replay did not finish after the broker came back"
-        report = result["report"]
-        assert report.errors == 0 and report.sent == len(lines)
-        # nothing lost and, with the idempotent producer, nothing doubled
-        assert asyncio.run(topic_sizes(fresh_settings, [source]))[source] == len(lines)
-        # committed offsets survived the restart (the coordinator reloads them; never back to 0)
-        wait_until(lambda: asyncio.run(_committed_total(fresh_settings)) >= committed_before,
-                   timeout_s=60, what="committed offsets to be readable again")
-        wait_drained(fresh_settings, [worker], expected=len(lines), timeout_s=240)
-    finally:
-        worker.stop()
+    # the worker in the group first, so that its first commit comes while the replay runs
+    wait_all_assigned([worker], source)
+    producer.start()
+    wait_until(lambda: asyncio.run(_committed_total(fresh_settings)) > 0, timeout_s=60,
+               what="a first offset commit")
+    committed_before = asyncio.run(_committed_total(fresh_settings))
+    in_before = asyncio.run(topic_sizes(fresh_settings, [source]))[source]
+    assert producer.is_alive() and in_before < len(lines), (
+        f"the replay was over ({in_before}/{len(lines)} in) before the broker stopped")
+    assert stack.kafka.stop(), "the broker was not ours to stop"
+    # still running with the broker down: the restart hit a replay in flight, which had to
+    # carry on against the restarted broker
+    assert producer.is_alive(), "the replay finished while the broker was stopping"
+    assert stack.kafka.start()
+    stack.kafka.wait_ready()
+    producer.join(timeout=180)
+    assert not producer.is_alive(), "replay did not finish after the broker came back"
+    report = result["report"]
+    assert report.errors == 0 and report.sent == len(lines)
+    # nothing lost and, with the idempotent producer, nothing doubled
+    assert asyncio.run(topic_sizes(fresh_settings, [source]))[source] == len(lines)
+    # committed offsets survived the restart (the coordinator reloads them; never back to 0)
+    wait_until(lambda: asyncio.run(_committed_total(fresh_settings)) >= committed_before,
+               timeout_s=60, what="committed offsets to be readable again")
+    wait_drained(fresh_settings, [worker], expected=len(lines), timeout_s=240)
+    worker.stop()
     served = read(fresh_settings, topics.FEATURES_SERVED)
     late = read(fresh_settings, topics.TRANSACTIONS_LATE)
     # every malformed line dead-lettered; a batch re-read after the restart may repeat some

@@ -4,12 +4,8 @@ confirm → a label on `labels`; a read-only token → 403 on both routes."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import orjson
@@ -24,36 +20,25 @@ from app.harness.pipeline import (
     make_log,
     produce,
     read,
-    replay,
-    wait_drained,
+    replay_and_settle,
     with_own_service,
 )
-from app.harness.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+from app.harness.procs import wait_until
 from app.kafka import topics
-from app.kafka.inspect import group_lag
 from app.redis_url import sync_client
 from app.settings import Settings
 from app.transactions.labels import LabelRecord
+from tests.support.live import (
+    READ,
+    StartActionService,
+    StartWorker,
+    api_request,
+    with_analysts,
+)
 
 pytestmark = pytest.mark.integration
 
-WRITE, READ = "tok-analyst", "tok-viewer"
-
-
-def _call(settings: Settings, method: str, path: str, *, token: str = WRITE,
-          key: str | None = None, body: dict[str, Any] | None = None
-          ) -> tuple[int, dict[str, str], Any]:
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    if key:
-        headers["Idempotency-Key"] = key
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{settings.action_service_url}{path}", data=data,
-                                     headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - loopback
-            return response.status, dict(response.headers), json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), json.loads(exc.read())
+_call = partial(api_request, timeout_s=10)
 
 
 def _card(settings: Settings, card_id: str) -> dict[str, Any]:
@@ -62,78 +47,69 @@ def _card(settings: Settings, card_id: str) -> dict[str, Any]:
     return body
 
 
-def _dispatched(settings: Settings) -> bool:
-    return asyncio.run(group_lag(settings, settings.app_id, settings.topic(topics.ACTIONS))) == 0
-
-
-def test_release_confirm_and_labels_end_to_end(fresh_settings: Settings, tmp_path: Path) -> None:
-    settings = with_own_service(fresh_settings, redis_db=6).replace(
-        action_token=f"alice:{WRITE}", action_read_token=f"viewer:{READ}")
+def test_release_confirm_and_labels_end_to_end(fresh_settings: Settings,
+                                               start_action_service: StartActionService,
+                                               start_worker: StartWorker) -> None:
+    settings = with_analysts(with_own_service(fresh_settings, redis_db=6))
     log = make_log(cards=300, txns=6000, seed=31)
     lines = lines_of(log)
-    service = spawn_action_service(settings, tmp_path)
-    worker = spawn_worker(settings, tmp_path)
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        sent = replay(settings, lines)
-        wait_drained(settings, [worker], expected=sent)
-        wait_until(lambda: _dispatched(settings), timeout_s=120, what="the dispatcher")
+    service = start_action_service(settings)
+    worker = start_worker(settings)
+    replay_and_settle(settings, [worker], lines)
 
-        # replay → freeze: pick a card the pipeline froze
-        frozen = [e for e in effects(settings.effective_redis_url)
-                  if e["type"] == "freeze_card" and e["outcome"] == "frozen"]
-        assert frozen, "the demo model froze no card in this log"
-        card_id = frozen[0]["card_id"]
-        freeze = next(Action.from_json(r.value) for r in read(settings, topics.ACTIONS)
-                      if orjson.loads(r.value)["idempotency_key"] == frozen[0]["idempotency_key"])
-        assert _card(settings, card_id)["status"] == "frozen"
+    # replay → freeze: pick a card the pipeline froze
+    frozen = [e for e in effects(settings.effective_redis_url)
+              if e["type"] == "freeze_card" and e["outcome"] == "frozen"]
+    assert frozen, "the demo model froze no card in this log"
+    card_id = frozen[0]["card_id"]
+    freeze = next(Action.from_json(r.value) for r in read(settings, topics.ACTIONS)
+                  if orjson.loads(r.value)["idempotency_key"] == frozen[0]["idempotency_key"])
+    assert _card(settings, card_id)["status"] == "frozen"
 
-        # a read-only token may look, not decide: 403 on both routes, nothing written
-        for route in ("release", "confirm"):
-            status, _, body = _call(settings, "POST", f"/v1/cards/{card_id}/{route}",
-                                    token=READ, key=f"ro-{route}", body={"reason": "x"})
-            assert (status, body["field"]) == (403, "Authorization")
-        assert _card(settings, card_id)["status"] == "frozen"
+    # a read-only token may look, not decide: 403 on both routes, nothing written
+    for route in ("release", "confirm"):
+        status, _, body = _call(settings, "POST", f"/v1/cards/{card_id}/{route}",
+                                token=READ, key=f"ro-{route}", body={"reason": "x"})
+        assert (status, body["field"]) == (403, "Authorization")
+    assert _card(settings, card_id)["status"] == "frozen"
 
-        # release → active, recorded with alice's name
-        status, _, released = _call(settings, "POST", f"/v1/cards/{card_id}/release",
-                                    key="rel-1", body={"reason": "customer confirmed"})
-        assert status == 201 and released["outcome"] == "released"
-        assert released["by"] == "alice" and released["txn_id"] == freeze.txn_id
-        card = _card(settings, card_id)
-        assert card["status"] == "active" and card["released_by"] == "alice"
+    # release → active, recorded with alice's name
+    status, _, released = _call(settings, "POST", f"/v1/cards/{card_id}/release",
+                                key="rel-1", body={"reason": "customer confirmed"})
+    assert status == 201 and released["outcome"] == "released"
+    assert released["by"] == "alice" and released["txn_id"] == freeze.txn_id
+    card = _card(settings, card_id)
+    assert card["status"] == "active" and card["released_by"] == "alice"
 
-        # the same freeze delivered again (through the dispatcher) → replayed, stays active
-        replays_before = _replays(settings)
-        produce(settings, topics.ACTIONS, [(card_id.encode(), freeze.to_json())])
-        wait_until(lambda: _replays(settings) > replays_before, timeout_s=60,
-                   what="the dispatcher to deliver the freeze again")
-        status, headers, _ = _call(settings, "POST", "/v1/actions", key=freeze.idempotency_key,
-                                   body=orjson.loads(freeze.to_json()))
-        assert status == 200 and headers["Idempotent-Replayed"] == "true"
-        assert _card(settings, card_id)["status"] == "active"
+    # the same freeze delivered again (through the dispatcher) → replayed, stays active
+    replays_before = _replays(settings)
+    produce(settings, topics.ACTIONS, [(card_id.encode(), freeze.to_json())])
+    wait_until(lambda: _replays(settings) > replays_before, timeout_s=60,
+               what="the dispatcher to deliver the freeze again")
+    status, headers, _ = _call(settings, "POST", "/v1/actions", key=freeze.idempotency_key,
+                               body=orjson.loads(freeze.to_json()))
+    assert status == 200 and headers["Idempotent-Replayed"] == "true"
+    assert _card(settings, card_id)["status"] == "active"
 
-        # a later freeze decision → frozen again
-        now = time.time_ns() // 1_000_000
-        later = make_action("freeze_card", card_id=card_id, txn_id=f"{freeze.txn_id}-later",
-                            ts_ms=now - 1000, score=0.99, model_version=freeze.model_version,
-                            decided_at_ms=now)
-        produce(settings, topics.ACTIONS, [(card_id.encode(), later.to_json())])
-        wait_until(lambda: _card(settings, card_id)["status"] == "frozen", timeout_s=60,
-                   what="the later freeze to apply")
-        assert [e["event"] for e in _card(settings, card_id)["history"]][-3:] == [
-            "frozen", "released", "frozen"]
+    # a later freeze decision → frozen again
+    now = time.time_ns() // 1_000_000
+    later = make_action("freeze_card", card_id=card_id, txn_id=f"{freeze.txn_id}-later",
+                        ts_ms=now - 1000, score=0.99, model_version=freeze.model_version,
+                        decided_at_ms=now)
+    produce(settings, topics.ACTIONS, [(card_id.encode(), later.to_json())])
+    wait_until(lambda: _card(settings, card_id)["status"] == "frozen", timeout_s=60,
+               what="the later freeze to apply")
+    assert [e["event"] for e in _card(settings, card_id)["history"]][-3:] == [
+        "frozen", "released", "frozen"]
 
-        # confirm → a label on the labels topic (through the service's outbox forwarder)
-        status, _, confirmed = _call(settings, "POST", f"/v1/cards/{card_id}/confirm",
-                                     key="conf-1", body={"reason": "chargeback"})
-        assert status == 201 and confirmed["txn_id"] == later.txn_id
-        wait_until(lambda: len(_labels(settings, card_id)) == 2, timeout_s=60,
-                   what="both analyst labels on the labels topic")
-    finally:
-        worker.stop()
-        service.stop()
+    # confirm → a label on the labels topic (through the service's outbox forwarder)
+    status, _, confirmed = _call(settings, "POST", f"/v1/cards/{card_id}/confirm",
+                                 key="conf-1", body={"reason": "chargeback"})
+    assert status == 201 and confirmed["txn_id"] == later.txn_id
+    wait_until(lambda: len(_labels(settings, card_id)) == 2, timeout_s=60,
+               what="both analyst labels on the labels topic")
+    worker.stop()
+    service.stop()
     labels = sorted(_labels(settings, card_id), key=lambda x: x.reported_at_ms)
     assert [(x.txn_id, x.label, x.source, x.by) for x in labels] == [
         (freeze.txn_id, 0, "analyst_release", "alice"),

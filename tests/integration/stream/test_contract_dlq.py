@@ -4,35 +4,32 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from pathlib import Path
 
 import orjson
 import pytest
 
 from app.features.offline import compute_features
 from app.harness.pipeline import lines_of, make_log, read, replay, wait_drained
-from app.harness.procs import spawn_worker
 from app.kafka import topics
 from app.kafka.records import H_REASON_CODE, H_SOURCE_OFFSET, H_SOURCE_PARTITION
 from app.settings import Settings
+from tests.support.live import StartWorker
 
 pytestmark = pytest.mark.integration
 
 
 def test_every_valid_message_served_every_bad_one_dead_lettered(
-    fresh_settings: Settings, tmp_path: Path
+    fresh_settings: Settings, start_worker: StartWorker
 ) -> None:
     log = make_log(cards=400, txns=10_000, seed=11, malformed=0.02, out_of_order=0.02,
                    redelivery=0.01)
     lines = lines_of(log)
     counts = log.counts
     expected_code = {bad.raw: bad.code for bad in log.bad_messages}
-    worker = spawn_worker(fresh_settings, tmp_path)
-    try:
-        sent = replay(fresh_settings, lines)
-        wait_drained(fresh_settings, [worker], expected=sent)
-    finally:
-        worker.stop()
+    worker = start_worker(fresh_settings)
+    sent = replay(fresh_settings, lines)
+    wait_drained(fresh_settings, [worker], expected=sent)
+    worker.stop()
 
     dlq = read(fresh_settings, topics.TRANSACTIONS_DLQ)
     late = read(fresh_settings, topics.TRANSACTIONS_LATE)

@@ -5,39 +5,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from app.actions import make_action
-from app.harness.pipeline import effects, produce, read
-from app.harness.procs import (
-    free_port,
-    http_ready,
-    spawn_action_service,
-    spawn_worker,
-    wait_until,
-)
-from app.harness.redisdb import flush_db, with_db
+from app.harness.pipeline import effects, produce, read, with_own_service
+from app.harness.procs import wait_until
 from app.kafka import topics
 from app.kafka.inspect import group_lag
 from app.settings import Settings
+from tests.support.live import StartActionService, StartWorker
 
 pytestmark = pytest.mark.integration
 
 
-def service_settings(settings: Settings, db: int) -> Settings:
-    port = free_port()
-    url = with_db(settings.effective_redis_url, db)
-    flush_db(url)
-    return settings.replace(redis_url=url, action_service_port=port,
-                            action_service_url=f"http://127.0.0.1:{port}")
-
-
 def test_each_action_applied_once_and_refusals_dead_lettered(
-    fresh_settings: Settings, tmp_path: Path
+    fresh_settings: Settings, start_action_service: StartActionService, start_worker: StartWorker
 ) -> None:
-    settings = service_settings(fresh_settings, db=4)
+    settings = with_own_service(fresh_settings, redis_db=4)
     now = time.time_ns() // 1_000_000
     actions = [make_action("freeze_card" if i % 3 == 0 else "alert_customer",
                            card_id=f"c{i % 40}", txn_id=f"tx{i}", ts_ms=now - 1000,
@@ -48,17 +33,13 @@ def test_each_action_applied_once_and_refusals_dead_lettered(
     # every action twice (a replay), plus two that must be refused for good
     produce(settings, topics.ACTIONS, records + records[::-1] +
             [(b"c1", stale.to_json()), (b"c2", b"{not json")])
-    service = spawn_action_service(settings, tmp_path)
-    worker = spawn_worker(settings, tmp_path)
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        wait_until(lambda: asyncio.run(group_lag(settings, settings.app_id,
-                                                 settings.topic(topics.ACTIONS))) == 0,
-                   timeout_s=120, what="the dispatcher to drain the actions topic")
-    finally:
-        worker.stop()
-        service.stop()
+    service = start_action_service(settings)
+    worker = start_worker(settings)
+    wait_until(lambda: asyncio.run(group_lag(settings, settings.app_id,
+                                             settings.topic(topics.ACTIONS))) == 0,
+               timeout_s=120, what="the dispatcher to drain the actions topic")
+    worker.stop()
+    service.stop()
     ledger = effects(settings.effective_redis_url)
     per_key = Counter(e["idempotency_key"] for e in ledger)
     assert set(per_key) == {a.idempotency_key for a in actions}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,41 +17,39 @@ from app.harness.pipeline import (
     served_rows,
     wait_drained,
 )
-from app.harness.procs import source_reads, spawn_worker, wait_all_assigned, wait_until
+from app.harness.procs import source_reads, wait_all_assigned, wait_until
 from app.kafka import topics
 from app.kafka.inspect import topic_sizes
 from app.settings import Settings
+from tests.support.live import StartWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_two_workers_50k_events_zero_skew_and_oracle_actions(
-    fresh_settings: Settings, tmp_path: Path
+    fresh_settings: Settings, start_worker: StartWorker
 ) -> None:
     """The acceptance run of the features and scoring issues: 50k events, 2 workers."""
     log = make_log(cards=3000, txns=50_000, seed=21, out_of_order=0.02, redelivery=0.01,
                    malformed=0.002)
     lines = lines_of(log)
-    workers = [spawn_worker(fresh_settings, tmp_path, name=f"w{i}", dispatch=False)
-               for i in range(2)]
+    workers = [start_worker(fresh_settings, name=f"w{i}", dispatch=False) for i in range(2)]
     source = fresh_settings.topic(topics.TRANSACTIONS)
-    try:
-        # both workers in the group before the log goes in (one alone would read all of it
-        # before the other joined: 50k events take it about two seconds)
-        wait_all_assigned(workers, source)
-        sent = replay(fresh_settings, lines)
-        wait_drained(fresh_settings, workers, expected=sent, timeout_s=300)
-        # every source partition is owned by one worker, which has read it (/debug/consumer)
-        owned = {tp: read for w in workers for tp, read in source_reads(w, source).items()}
-        assert len(owned) == fresh_settings.topic_partitions
-        assert all(read is not None and read > 0 for read in owned.values()), owned
-        # the light page (a per-second probe's) leaves out the pass over the cached cards
-        full, light = workers[0].debug("consumer"), workers[0].debug("consumer?light=1")
-        assert full["cards"]["cached_events"] > 0 and light["cards"]["cached_events"] is None
-        assert light["cards"]["cached"] == full["cards"]["cached"] > 0
-    finally:
-        for w in workers:
-            w.stop()
+    # both workers in the group before the log goes in (one alone would read all of it
+    # before the other joined: 50k events take it about two seconds)
+    wait_all_assigned(workers, source)
+    sent = replay(fresh_settings, lines)
+    wait_drained(fresh_settings, workers, expected=sent, timeout_s=300)
+    # every source partition is owned by one worker, which has read it (/debug/consumer)
+    owned = {tp: read for w in workers for tp, read in source_reads(w, source).items()}
+    assert len(owned) == fresh_settings.topic_partitions
+    assert all(read is not None and read > 0 for read in owned.values()), owned
+    # the light page (a per-second probe's) leaves out the pass over the cached cards
+    full, light = workers[0].debug("consumer"), workers[0].debug("consumer?light=1")
+    assert full["cards"]["cached_events"] > 0 and light["cards"]["cached_events"] is None
+    assert light["cards"]["cached"] == full["cards"]["cached"] > 0
+    for w in workers:
+        w.stop()
     report = audit_served(fresh_settings, lines)
     assert report.ok, report.render()
     assert report.compared >= 50_000 - log.counts.late
@@ -62,21 +59,19 @@ def test_two_workers_50k_events_zero_skew_and_oracle_actions(
 
 
 def test_worker_killed_mid_replay_resumes_from_changelog(
-    fresh_settings: Settings, tmp_path: Path
+    fresh_settings: Settings, start_worker: StartWorker
 ) -> None:
     log = make_log(cards=1500, txns=30_000, seed=22, out_of_order=0.02, redelivery=0.01)
     lines = lines_of(log)
     served_topic = fresh_settings.topic(topics.FEATURES_SERVED)
-    worker = spawn_worker(fresh_settings, tmp_path, name="first", dispatch=False)
-    try:
-        sent = replay(fresh_settings, lines)
-        wait_until(lambda: asyncio.run(topic_sizes(fresh_settings, [served_topic]))[served_topic]
-                   > 8_000, timeout_s=120, what="the worker to be well into the log")
-        worker.kill()  # SIGKILL: no clean shutdown, no final commit
-        worker = spawn_worker(fresh_settings, tmp_path, name="second", dispatch=False)
-        wait_drained(fresh_settings, [worker], expected=sent, timeout_s=300)
-    finally:
-        worker.stop()
+    worker = start_worker(fresh_settings, name="first", dispatch=False)
+    sent = replay(fresh_settings, lines)
+    wait_until(lambda: asyncio.run(topic_sizes(fresh_settings, [served_topic]))[served_topic]
+               > 8_000, timeout_s=120, what="the worker to be well into the log")
+    worker.kill()  # SIGKILL: no clean shutdown, no final commit
+    worker = start_worker(fresh_settings, name="second", dispatch=False)
+    wait_drained(fresh_settings, [worker], expected=sent, timeout_s=300)
+    worker.stop()
     rows = served_rows(fresh_settings)
     report = audit_served(fresh_settings, lines)
     assert report.ok, report.render()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from pathlib import Path
 
 import orjson
 import pytest
@@ -19,15 +18,11 @@ from app.harness.pipeline import (
     replay,
     wait_drained,
 )
-from app.harness.procs import (
-    kill_with_reads_uncommitted,
-    spawn_worker,
-    wait_all_assigned,
-    wait_until,
-)
+from app.harness.procs import kill_with_reads_uncommitted, wait_all_assigned, wait_until
 from app.kafka import topics
 from app.kafka.inspect import read_topic, topic_sizes
 from app.settings import Settings
+from tests.support.live import StartWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,7 +34,7 @@ def committed_served_rows(settings: Settings) -> list[dict[str, object]]:
 
 
 def test_a_worker_sigkilled_mid_stream_leaves_no_committed_duplicate(
-    fresh_settings: Settings, tmp_path: Path
+    fresh_settings: Settings, start_worker: StartWorker
 ) -> None:
     settings = fresh_settings.replace(processing="exactly_once")
     log = make_log(cards=1500, txns=30_000, seed=29, out_of_order=0.02, redelivery=0.01,
@@ -47,29 +42,27 @@ def test_a_worker_sigkilled_mid_stream_leaves_no_committed_duplicate(
     lines = lines_of(log)
     served_topic = settings.topic(topics.FEATURES_SERVED)
     source = settings.topic(topics.TRANSACTIONS)
-    workers = [spawn_worker(settings, tmp_path, name=f"w{i}", dispatch=False) for i in range(2)]
-    try:
-        wait_all_assigned(workers, source)
-        # fed at a pace the workers keep up with (10 s): they hold read, uncommitted work at
-        # any moment of it. A log replayed at once was read whole within a second and its
-        # share processed in a few, so the kill could come after the victim had committed all.
-        fed: list[int] = []
-        feeder = threading.Thread(target=lambda: fed.append(replay(settings, lines, rate=3_000)))
-        feeder.start()
-        wait_until(lambda: asyncio.run(topic_sizes(settings, [served_topic]))[served_topic]
-                   > 8_000, timeout_s=120, what="the workers to be well into the log")
-        # SIGKILL while it holds read messages in open transactions (neither committed nor
-        # aborted): the partitions' next owner must abort them and redo that work
-        kill_with_reads_uncommitted(settings, workers[0], source,
-                                    open_in=served_topic)
-        feeder.join(timeout=120)
-        assert fed, "the replay did not finish"
-        sent = fed[0]
-        workers.append(spawn_worker(settings, tmp_path, name="w2", dispatch=False))
-        wait_drained(settings, workers[1:], expected=sent, timeout_s=300)
-    finally:
-        for w in workers:
-            w.stop()
+    workers = [start_worker(settings, name=f"w{i}", dispatch=False) for i in range(2)]
+    wait_all_assigned(workers, source)
+    # fed at a pace the workers keep up with (10 s): they hold read, uncommitted work at
+    # any moment of it. A log replayed at once was read whole within a second and its
+    # share processed in a few, so the kill could come after the victim had committed all.
+    fed: list[int] = []
+    feeder = threading.Thread(target=lambda: fed.append(replay(settings, lines, rate=3_000)))
+    feeder.start()
+    wait_until(lambda: asyncio.run(topic_sizes(settings, [served_topic]))[served_topic]
+               > 8_000, timeout_s=120, what="the workers to be well into the log")
+    # SIGKILL while it holds read messages in open transactions (neither committed nor
+    # aborted): the partitions' next owner must abort them and redo that work
+    kill_with_reads_uncommitted(settings, workers[0], source,
+                                open_in=served_topic)
+    feeder.join(timeout=120)
+    assert fed, "the replay did not finish"
+    sent = fed[0]
+    workers.append(start_worker(settings, name="w2", dispatch=False))
+    wait_drained(settings, workers[1:], expected=sent, timeout_s=300)
+    for w in workers:
+        w.stop()
     rows = committed_served_rows(settings)
     positions = Counter((r["partition"], r["offset"]) for r in rows)
     twice = [p for p, n in positions.items() if n > 1]

@@ -3,8 +3,6 @@ the explanation the offline oracle computes for the same transaction."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import onnxruntime
 import orjson
 import pytest
@@ -18,23 +16,21 @@ from app.harness.pipeline import (
     replay,
     wait_drained,
 )
-from app.harness.procs import spawn_worker
 from app.kafka import topics
 from app.settings import Settings
+from tests.support.live import StartWorker
 
 pytestmark = pytest.mark.integration
 
 
 def test_live_explanations_equal_the_oracles_over_the_demo_log(fresh_settings: Settings,
-                                                               tmp_path: Path) -> None:
+                                                               start_worker: StartWorker) -> None:
     # the demo's generator settings (app/cli/demo.py defaults)
     lines = lines_of(make_log(cards=500, txns=10_000, seed=7, malformed=0.02))
-    worker = spawn_worker(fresh_settings, tmp_path, dispatch=False)
-    try:
-        sent = replay(fresh_settings, lines)
-        wait_drained(fresh_settings, [worker], expected=sent)
-    finally:
-        worker.stop()
+    worker = start_worker(fresh_settings, dispatch=False)
+    sent = replay(fresh_settings, lines)
+    wait_drained(fresh_settings, [worker], expected=sent)
+    worker.stop()
     actions = [orjson.loads(r.value) for r in read(fresh_settings, topics.ACTIONS)]
     assert actions and all(len(a["explanation"]) >= 3 for a in actions)
     # keys, types, scores and explanations (assert_live_matches_oracle compares them)

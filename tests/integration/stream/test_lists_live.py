@@ -5,12 +5,7 @@ so), exactly as the offline oracle with the same lists decides."""
 
 from __future__ import annotations
 
-import json
-import re
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -22,60 +17,42 @@ from app.harness.pipeline import (
     produce,
     read,
     replay,
+    replay_and_settle,
     require_compiled_fold,
     wait_dispatched,
     wait_drained,
     with_own_service,
 )
-from app.harness.procs import http_ready, spawn_action_service, spawn_worker, wait_until
+from app.harness.procs import wait_until
 from app.kafka import topics
 from app.scoring.lists import ListEntry, Lists
-from app.scoring.oracle import run_oracle
-from app.scoring.registry import ModelRegistry
 from app.settings import Settings
+from tests.support.live import (
+    READ,
+    StartActionService,
+    StartWorker,
+    api_call,
+    metric_values,
+    offline_run,
+    with_analysts,
+)
 
 pytestmark = pytest.mark.integration
 
-WRITE, READ = "tok-analyst", "tok-viewer"
-
-
-def _call(settings: Settings, method: str, path: str, *, token: str = WRITE,
-          body: Any = None) -> tuple[int, Any]:
-    data = (body if isinstance(body, bytes) else json.dumps(body).encode()
-            ) if body is not None else None
-    request = urllib.request.Request(
-        f"{settings.action_service_url}{path}", data=data, method=method,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def _applied(port: int) -> dict[str, float]:
     """The worker's fraudstream_list_entries gauge, by list."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
-            text = resp.read().decode()
-    except OSError:
-        return {}
-    return {m[1]: float(m[2]) for m in
-            re.finditer(r'^fraudstream_list_entries\{list="(\w+)"\} (\S+)$', text, re.M)}
+    return metric_values(port, r'^fraudstream_list_entries\{list="(\w+)"\} (\S+)$')
 
 
-def test_lists_reach_the_worker_and_decide_as_the_oracle_does(fresh_settings: Settings,
-                                                              tmp_path: Path) -> None:
+def test_lists_reach_the_worker_and_decide_as_the_oracle_does(
+        fresh_settings: Settings, start_action_service: StartActionService,
+        start_worker: StartWorker) -> None:
     require_compiled_fold()
-    settings = with_own_service(fresh_settings, redis_db=10).replace(
-        action_token=f"alice:{WRITE}", action_read_token=f"viewer:{READ}")
+    settings = with_analysts(with_own_service(fresh_settings, redis_db=10))
     log = make_log(cards=300, txns=6000, seed=31)
     lines = lines_of(log)
     now_ms = time.time_ns() // 1_000_000
-    registry = ModelRegistry(settings.model_dir, device="cpu")
-    plain = run_oracle(lines, registry, version=settings.model_version, explain=False,
-                       allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms,
-                       extra=("merchant_id",))
+    plain = offline_run(settings, lines, now_ms=now_ms, extra=("merchant_id",))
     frozen_cards = list(dict.fromkeys(a.card_id for a in plain.actions
                                       if a.type == "freeze_card"))
     assert len(frozen_cards) >= 2, "the demo model froze too few cards in this log"
@@ -89,133 +66,115 @@ def test_lists_reach_the_worker_and_decide_as_the_oracle_does(fresh_settings: Se
     row = table.column("txn_id").to_pylist().index(first_freeze.txn_id)
     allowed_merchant = table.column("merchant_id")[row].as_py()
 
-    service = spawn_action_service(settings, tmp_path)
-    worker = spawn_worker(settings, tmp_path)
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        # refusals name the field and write nothing
-        refused = [
-            _call(settings, "PUT", f"/v1/lists/card/{quiet}", token=READ,
-                  body={"list": "block", "reason": "mule"}),
-            _call(settings, "PUT", f"/v1/lists/person/{quiet}",
-                  body={"list": "block", "reason": "mule"}),
-            _call(settings, "PUT", f"/v1/lists/card/{quiet}", body={"list": "grey",
-                                                                     "reason": "mule"}),
-            _call(settings, "PUT", f"/v1/lists/card/{quiet}", body={"list": "block"}),
-            _call(settings, "PUT", f"/v1/lists/card/{quiet}",
-                  body={"list": "block", "reason": "mule", "until": 1}),
-            _call(settings, "PUT", f"/v1/lists/card/{quiet}", body=b"{"),
-            _call(settings, "DELETE", f"/v1/lists/card/{quiet}", token=READ),
-        ]
-        assert [(status, body["field"]) for status, body in refused] == [
-            (403, "Authorization"), (422, "kind"), (422, "list"), (422, "reason"),
-            (422, "until"), (422, None), (403, "Authorization")]
-        assert _call(settings, "GET", "/v1/lists", token=READ) == (200, {"entries": []})
+    start_action_service(settings)
+    worker = start_worker(settings)
+    # refusals name the field and write nothing
+    refused = [
+        api_call(settings, "PUT", f"/v1/lists/card/{quiet}", token=READ,
+                 body={"list": "block", "reason": "mule"}),
+        api_call(settings, "PUT", f"/v1/lists/person/{quiet}",
+                 body={"list": "block", "reason": "mule"}),
+        api_call(settings, "PUT", f"/v1/lists/card/{quiet}", body={"list": "grey",
+                                                                    "reason": "mule"}),
+        api_call(settings, "PUT", f"/v1/lists/card/{quiet}", body={"list": "block"}),
+        api_call(settings, "PUT", f"/v1/lists/card/{quiet}",
+                 body={"list": "block", "reason": "mule", "until": 1}),
+        api_call(settings, "PUT", f"/v1/lists/card/{quiet}", body=b"{"),
+        api_call(settings, "DELETE", f"/v1/lists/card/{quiet}", token=READ),
+    ]
+    assert [(status, body["field"]) for status, body in refused] == [
+        (403, "Authorization"), (422, "kind"), (422, "list"), (422, "reason"),
+        (422, "until"), (422, None), (403, "Authorization")]
+    assert api_call(settings, "GET", "/v1/lists", token=READ) == (200, {"entries": []})
 
-        puts = [("card", allowed_card, "allow"), ("card", quiet, "block"),
-                ("merchant", allowed_merchant, "allow")]
-        for kind, entity, name in puts:
-            status, entry = _call(settings, "PUT", f"/v1/lists/{kind}/{entity}",
-                                  body={"list": name, "reason": f"test {name}"})
-            assert status == 200 and (entry["list"], entry["by"]) == (name, "alice")
-        status, listed = _call(settings, "GET", "/v1/lists", token=READ)
-        assert status == 200 and len(listed["entries"]) == 3
-        lists = Lists.of(ListEntry.from_json(orjson.dumps(e)) for e in listed["entries"])
+    puts = [("card", allowed_card, "allow"), ("card", quiet, "block"),
+            ("merchant", allowed_merchant, "allow")]
+    for kind, entity, name in puts:
+        status, entry = api_call(settings, "PUT", f"/v1/lists/{kind}/{entity}",
+                                 body={"list": name, "reason": f"test {name}"})
+        assert status == 200 and (entry["list"], entry["by"]) == (name, "alice")
+    status, listed = api_call(settings, "GET", "/v1/lists", token=READ)
+    assert status == 200 and len(listed["entries"]) == 3
+    lists = Lists.of(ListEntry.from_json(orjson.dumps(e)) for e in listed["entries"])
 
-        # the worker has them from the control topic before a transaction is sent
-        wait_until(lambda: _applied(worker.port) == {"allow": 2.0, "block": 1.0}, timeout_s=120,
-                   what="the worker to read the lists")
-        sent = replay(settings, lines)
-        wait_drained(settings, [worker], expected=sent)
-        wait_dispatched(settings)
+    # the worker has them from the control topic before a transaction is sent
+    wait_until(lambda: _applied(worker.port) == {"allow": 2.0, "block": 1.0}, timeout_s=120,
+               what="the worker to read the lists")
+    replay_and_settle(settings, [worker], lines)
 
-        live: dict[str, dict[str, Any]] = {}
-        for record in read(settings, topics.ACTIONS):
-            action = orjson.loads(record.value)
-            live[action["idempotency_key"]] = action
-        oracle = run_oracle(lines, registry, version=settings.model_version, explain=False,
-                            allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms,
-                            lists=lists)
-        expected = {a.idempotency_key: a for a in oracle.actions}
-        assert set(live) == set(expected)
-        assert all((live[k]["type"], live[k]["decided_by"], live[k].get("rule"))
-                   == (a.type, a.decided_by, a.rule) for k, a in expected.items())
+    live: dict[str, dict[str, Any]] = {}
+    for record in read(settings, topics.ACTIONS):
+        action = orjson.loads(record.value)
+        live[action["idempotency_key"]] = action
+    oracle = offline_run(settings, lines, now_ms=now_ms, lists=lists)
+    expected = {a.idempotency_key: a for a in oracle.actions}
+    assert set(live) == set(expected)
+    assert all((live[k]["type"], live[k]["decided_by"], live[k].get("rule"))
+               == (a.type, a.decided_by, a.rule) for k, a in expected.items())
 
-        by_card: dict[str, list[dict[str, Any]]] = {}
-        for action in live.values():
-            by_card.setdefault(action["card_id"], []).append(action)
-        # allow: the model froze this card, the lists made every freeze an alert that says so
-        assert all(a["type"] == "alert_customer" for a in by_card[allowed_card])
-        assert any(a["decided_by"] == "allow_list" and a["rule"] == f"allow:card:{allowed_card}"
-                   for a in by_card[allowed_card])
-        assert not any(a["type"] == "freeze_card" for a in live.values()
-                       if a.get("rule") == f"allow:merchant:{allowed_merchant}")
-        assert any(a.get("rule") == f"allow:merchant:{allowed_merchant}" for a in live.values())
-        # block: the model decided nothing on this card, the list froze it
-        assert {(a["type"], a["decided_by"]) for a in by_card[quiet]} == {
-            ("freeze_card", "block_list"), ("alert_customer", "block_list")}
-        status, card = _call(settings, "GET", f"/v1/cards/{quiet}", token=READ)
-        assert status == 200 and card["status"] == "frozen"
-        assert (card["decided_by"], card["rule"]) == ("block_list", f"block:card:{quiet}")
-        assert card["history"][0]["by"] == f"block_list block:card:{quiet}"
-        status, card = _call(settings, "GET", f"/v1/cards/{allowed_card}", token=READ)
-        assert status == 200 and card["status"] == "active"
-        assert any(a["decided_by"] == "allow_list" for a in card["alerts"])
+    by_card: dict[str, list[dict[str, Any]]] = {}
+    for action in live.values():
+        by_card.setdefault(action["card_id"], []).append(action)
+    # allow: the model froze this card, the lists made every freeze an alert that says so
+    assert all(a["type"] == "alert_customer" for a in by_card[allowed_card])
+    assert any(a["decided_by"] == "allow_list" and a["rule"] == f"allow:card:{allowed_card}"
+               for a in by_card[allowed_card])
+    assert not any(a["type"] == "freeze_card" for a in live.values()
+                   if a.get("rule") == f"allow:merchant:{allowed_merchant}")
+    assert any(a.get("rule") == f"allow:merchant:{allowed_merchant}" for a in live.values())
+    # block: the model decided nothing on this card, the list froze it
+    assert {(a["type"], a["decided_by"]) for a in by_card[quiet]} == {
+        ("freeze_card", "block_list"), ("alert_customer", "block_list")}
+    status, card = api_call(settings, "GET", f"/v1/cards/{quiet}", token=READ)
+    assert status == 200 and card["status"] == "frozen"
+    assert (card["decided_by"], card["rule"]) == ("block_list", f"block:card:{quiet}")
+    assert card["history"][0]["by"] == f"block_list block:card:{quiet}"
+    status, card = api_call(settings, "GET", f"/v1/cards/{allowed_card}", token=READ)
+    assert status == 200 and card["status"] == "active"
+    assert any(a["decided_by"] == "allow_list" for a in card["alerts"])
 
-        # removal: a tombstone the worker follows too
-        status, removed = _call(settings, "DELETE", f"/v1/lists/card/{quiet}")
-        assert (status, removed["removed"]) == (200, True)
-        assert len(_call(settings, "GET", "/v1/lists")[1]["entries"]) == 2
-        wait_until(lambda: _applied(worker.port) == {"allow": 2.0, "block": 0.0}, timeout_s=60,
-                   what="the worker to drop the block entry")
-    finally:
-        worker.stop()
-        service.stop()
+    # removal: a tombstone the worker follows too
+    status, removed = api_call(settings, "DELETE", f"/v1/lists/card/{quiet}")
+    assert (status, removed["removed"]) == (200, True)
+    assert len(api_call(settings, "GET", "/v1/lists")[1]["entries"]) == 2
+    wait_until(lambda: _applied(worker.port) == {"allow": 2.0, "block": 0.0}, timeout_s=60,
+               what="the worker to drop the block entry")
 
 
 def test_lists_published_before_the_worker_starts_decide_its_first_batch(
-        fresh_settings: Settings, tmp_path: Path) -> None:
+        fresh_settings: Settings, start_action_service: StartActionService,
+        start_worker: StartWorker) -> None:
     """Data already waiting when the worker starts: it reads the lists before its first batch,
     so a blocked card's first transaction is frozen (a worker that scored before reading them
     would let it through)."""
     require_compiled_fold()
-    settings = with_own_service(fresh_settings, redis_db=14).replace(
-        action_token=f"alice:{WRITE}", action_read_token=f"viewer:{READ}")
+    settings = with_analysts(with_own_service(fresh_settings, redis_db=14))
     log = make_log(cards=200, txns=3000, seed=41)
     lines = lines_of(log)
     now_ms = time.time_ns() // 1_000_000
-    registry = ModelRegistry(settings.model_dir, device="cpu")
-    plain = run_oracle(lines, registry, version=settings.model_version, explain=False,
-                       allowed_lateness_ms=settings.allowed_lateness_ms, now_ms=now_ms)
+    plain = offline_run(settings, lines, now_ms=now_ms)
     table = plain.offline.table
     acted = {a.card_id for a in plain.actions}
     cards = table.column("card_id").to_pylist()
     quiet = next(c for c in cards if c not in acted)
     first_txn = table.column("txn_id")[cards.index(quiet)].as_py()
 
-    service = spawn_action_service(settings, tmp_path)
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        # a control topic long enough that reading it takes a while (a worker that scored
-        # before it had read it all would decide the first batches without the block entry)
-        produce(settings, topics.CONTROL, [
-            (e.control_key(), e.to_json()) for e in (
-                ListEntry("allow", "card", f"vip{i}", "payroll", "bob", 1)
-                for i in range(30_000))])
-        status, _ = _call(settings, "PUT", f"/v1/lists/card/{quiet}",
-                          body={"list": "block", "reason": "mule"})
-        assert status == 200
-        sent = replay(settings, lines)  # waiting in Kafka before any worker runs
-        worker = spawn_worker(settings, tmp_path)
-        try:
-            wait_drained(settings, [worker], expected=sent)
-            wait_dispatched(settings)
-        finally:
-            worker.stop()
-    finally:
-        service.stop()
+    service = start_action_service(settings)
+    # a control topic long enough that reading it takes a while (a worker that scored
+    # before it had read it all would decide the first batches without the block entry)
+    produce(settings, topics.CONTROL, [
+        (e.control_key(), e.to_json()) for e in (
+            ListEntry("allow", "card", f"vip{i}", "payroll", "bob", 1)
+            for i in range(30_000))])
+    status, _ = api_call(settings, "PUT", f"/v1/lists/card/{quiet}",
+                         body={"list": "block", "reason": "mule"})
+    assert status == 200
+    sent = replay(settings, lines)  # waiting in Kafka before any worker runs
+    worker = start_worker(settings)
+    wait_drained(settings, [worker], expected=sent)
+    wait_dispatched(settings)
+    worker.stop()
+    service.stop()
     frozen = [orjson.loads(r.value) for r in read(settings, topics.ACTIONS)]
     mine = [a for a in frozen if a["card_id"] == quiet and a["type"] == "freeze_card"]
     assert first_txn in {a["txn_id"] for a in mine}, "the blocked card's first transaction"

@@ -4,8 +4,6 @@ values (audit-skew 0 with the labels), whatever card partitions it owns."""
 from __future__ import annotations
 
 import asyncio
-import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -21,16 +19,17 @@ from app.harness.pipeline import (
     served_rows,
     wait_drained,
 )
-from app.harness.procs import spawn_worker, wait_all_assigned
+from app.harness.procs import wait_all_assigned
 from app.kafka import topics
 from app.settings import Settings
 from tests.support.dashboard import sample_total
+from tests.support.live import StartWorker, metrics_page
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_two_workers_serve_the_label_fed_merchant_features_exactly(
-    fresh_settings: Settings, tmp_path: Path
+    fresh_settings: Settings, start_worker: StartWorker
 ) -> None:
     # 21 days: merchant windows end 7 days before each transaction, so two weeks see labels
     log = make_log(cards=800, txns=12_000, days=21, seed=41, merchants=300, out_of_order=0.01,
@@ -38,20 +37,16 @@ def test_two_workers_serve_the_label_fed_merchant_features_exactly(
     lines = lines_of(log)
     labels = label_records(log)
     send_label_records(fresh_settings, labels)  # the label log is in before the transactions
-    workers = [spawn_worker(fresh_settings, tmp_path, name=f"w{i}", dispatch=False)
-               for i in range(2)]
-    try:
-        wait_all_assigned(workers, fresh_settings.topic(topics.TRANSACTIONS))
-        sent = replay(fresh_settings, lines)
-        wait_drained(fresh_settings, workers, expected=sent, timeout_s=300)
-        for w in workers:  # each read the whole label log, not only its partitions' labels
-            page = urllib.request.urlopen(  # noqa: S310 - loopback test URL
-                f"http://127.0.0.1:{w.port}/metrics", timeout=10).read().decode()
-            assert sample_total(page, "fraudstream_labels_read_total", kind="folded") == len(
-                {rec.label_id for rec in labels})
-    finally:
-        for w in workers:
-            w.stop()
+    workers = [start_worker(fresh_settings, name=f"w{i}", dispatch=False) for i in range(2)]
+    wait_all_assigned(workers, fresh_settings.topic(topics.TRANSACTIONS))
+    sent = replay(fresh_settings, lines)
+    wait_drained(fresh_settings, workers, expected=sent, timeout_s=300)
+    for w in workers:  # each read the whole label log, not only its partitions' labels
+        page = metrics_page(w.port)
+        assert sample_total(page, "fraudstream_labels_read_total", kind="folded") == len(
+            {rec.label_id for rec in labels})
+    for w in workers:
+        w.stop()
     rows = served_rows(fresh_settings)
     # the merchant features carry signal here: nonzero on a good share of the rows
     seen = [r for r in rows if r["features"]["merchant_labelled_7d"] > 0]
@@ -68,7 +63,7 @@ def test_two_workers_serve_the_label_fed_merchant_features_exactly(
 
 
 def test_a_worker_without_a_labels_topic_scores_as_without_labels(
-    fresh_settings: Settings, tmp_path: Path
+    fresh_settings: Settings, start_worker: StartWorker
 ) -> None:
     """The labels topic deleted: the feed says so, the cut moves on, nothing waits for ever."""
     from app.kafka.inspect import admin_client
@@ -80,11 +75,9 @@ def test_a_worker_without_a_labels_topic_scores_as_without_labels(
     asyncio.run(drop_labels())
     log = make_log(cards=200, txns=2_000, days=3, seed=42)
     lines = lines_of(log)
-    worker = spawn_worker(fresh_settings, tmp_path, name="w", dispatch=False)
-    try:
-        sent = replay(fresh_settings, lines)
-        wait_drained(fresh_settings, [worker], expected=sent, timeout_s=120)
-    finally:
-        worker.stop()
+    worker = start_worker(fresh_settings, name="w", dispatch=False)
+    sent = replay(fresh_settings, lines)
+    wait_drained(fresh_settings, [worker], expected=sent, timeout_s=120)
+    worker.stop()
     report = audit_served(fresh_settings, lines)
     assert report.ok and report.compared > 1_500, report.render()

@@ -21,11 +21,12 @@ from app.harness.pipeline import (
     served_rows,
     wait_drained,
 )
-from app.harness.procs import spawn_worker, wait_until
+from app.harness.procs import wait_until
 from app.kafka import topics
 from app.kafka.inspect import topic_sizes
 from app.scoring.registry import ModelRegistry
 from app.settings import Settings
+from tests.support.live import StartWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,7 +51,8 @@ def model_dir_with_rollout_versions(source: Path, target: Path) -> str:
     return base
 
 
-def test_rollout_mid_replay_changes_no_key(fresh_settings: Settings, tmp_path: Path) -> None:
+def test_rollout_mid_replay_changes_no_key(fresh_settings: Settings, tmp_path: Path,
+                                           start_worker: StartWorker) -> None:
     base = model_dir_with_rollout_versions(fresh_settings.model_dir, tmp_path / "models")
     settings = fresh_settings.replace(model_dir=tmp_path / "models")
     log = make_log(cards=1000, txns=20_000, seed=31, redelivery=0.01, out_of_order=0.01)
@@ -60,18 +62,16 @@ def test_rollout_mid_replay_changes_no_key(fresh_settings: Settings, tmp_path: P
     def served_count() -> int:
         return asyncio.run(topic_sizes(settings, [served]))[served]
 
-    worker = spawn_worker(settings, tmp_path, dispatch=False)
+    worker = start_worker(settings, dispatch=False)
     producer = threading.Thread(target=replay, args=(settings, lines, 2_500.0), daemon=True)
-    try:
-        producer.start()
-        wait_until(lambda: served_count() > 4_000, timeout_s=120, what="4k served")
-        asyncio.run(publish_activation(settings, BROKEN))
-        wait_until(lambda: served_count() > 8_000, timeout_s=120, what="8k served")
-        asyncio.run(publish_activation(settings, NEW))
-        producer.join(timeout=120)
-        wait_drained(settings, [worker], expected=len(lines))
-    finally:
-        worker.stop()
+    producer.start()
+    wait_until(lambda: served_count() > 4_000, timeout_s=120, what="4k served")
+    asyncio.run(publish_activation(settings, BROKEN))
+    wait_until(lambda: served_count() > 8_000, timeout_s=120, what="8k served")
+    asyncio.run(publish_activation(settings, NEW))
+    producer.join(timeout=120)
+    wait_drained(settings, [worker], expected=len(lines))
+    worker.stop()
     rows = served_rows(settings)
     versions = {r["model_version"] for r in rows}
     assert versions == {base, NEW}, versions  # the broken one was refused, the new one served

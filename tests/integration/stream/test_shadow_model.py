@@ -3,8 +3,6 @@ lists exactly the actions whose decision differs between the two models offline.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,18 +15,12 @@ from app.harness.pipeline import (
     lines_of,
     make_log,
     replay,
+    replay_and_settle,
     require_compiled_fold,
-    wait_dispatched,
     wait_drained,
     with_own_service,
 )
-from app.harness.procs import (
-    http_ready,
-    settings_env,
-    spawn_action_service,
-    spawn_worker,
-    wait_until,
-)
+from app.harness.procs import wait_until
 from app.harness.rollout import add_shifted_version
 from app.kafka import topics
 from app.kafka.shadowrow import iter_shadow_rows
@@ -37,6 +29,8 @@ from app.scoring.oracle import run_oracle
 from app.scoring.policy import Thresholds
 from app.scoring.registry import ModelRegistry
 from app.settings import Settings
+from app.watch.samples import parse
+from tests.support.live import StartActionService, StartWorker, metrics_page, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,8 +39,7 @@ CANDIDATE = "mlp-shadow-candidate"
 
 
 def _cli(settings: Settings, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "app.cli.main", *args], env=settings_env(settings),
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = run_cli(settings, *args)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -65,7 +58,8 @@ def _oracle_actions(settings: Settings, lines: list[bytes], version: str,
 
 
 def test_shadow_never_acts_and_compare_lists_exactly_the_differing_actions(
-        fresh_settings: Settings, tmp_path: Path) -> None:
+        fresh_settings: Settings, tmp_path: Path, start_action_service: StartActionService,
+        start_worker: StartWorker) -> None:
     require_compiled_fold()
     models = tmp_path / "models"
     # the candidate's card has thresholds of its own, and the active model's freeze threshold
@@ -82,17 +76,11 @@ def test_shadow_never_acts_and_compare_lists_exactly_the_differing_actions(
     assert f"shadowing {CANDIDATE}" in said
     log = make_log(cards=400, txns=8000, days=3, seed=31, redelivery=0.01)
     lines = lines_of(log)
-    service = spawn_action_service(settings, tmp_path)
-    worker = spawn_worker(settings, tmp_path)
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        sent = replay(settings, lines)
-        wait_drained(settings, [worker], expected=sent, timeout_s=300)
-        wait_dispatched(settings)
-    finally:
-        worker.stop()
-        service.stop()
+    service = start_action_service(settings)
+    worker = start_worker(settings)
+    replay_and_settle(settings, [worker], lines, timeout_s=300)
+    worker.stop()
+    service.stop()
 
     active, active_keys = _oracle_actions(settings, lines, base, active_policy)
     candidate, _ = _oracle_actions(settings, lines, CANDIDATE)  # its card's own thresholds
@@ -127,40 +115,32 @@ def test_shadow_never_acts_and_compare_lists_exactly_the_differing_actions(
 
 
 def _shadow_changes(port: int, result: str) -> float:
-    import urllib.request
-
-    from app.watch.samples import parse
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:  # noqa: S310
-        page = parse([resp.read().decode()])
-    return page.total("fraudstream_shadow_models_total", result=result)
+    return parse([metrics_page(port)]).total("fraudstream_shadow_models_total", result=result)
 
 
 def test_a_running_worker_starts_and_stops_shadowing_between_batches(
-        fresh_settings: Settings, tmp_path: Path) -> None:
+        fresh_settings: Settings, tmp_path: Path, start_worker: StartWorker) -> None:
     models = tmp_path / "models"
     add_shifted_version(fresh_settings.model_dir, models, CANDIDATE)
     settings = fresh_settings.replace(model_dir=models)
     lines = lines_of(make_log(cards=200, txns=3000, days=2, seed=32))
     first, second, third = lines[:1000], lines[1000:2000], lines[2000:]
     ids = [{orjson.loads(line)["txn_id"] for line in part} for part in (first, second, third)]
-    worker = spawn_worker(settings, tmp_path, dispatch=False)
-    try:
-        assert worker.port is not None
-        sent = replay(settings, first)
-        wait_drained(settings, [worker], expected=sent)
-        _cli(settings, "model", "shadow", "--model", CANDIDATE)
-        wait_until(lambda: _shadow_changes(worker.port, "accepted") == 1, timeout_s=60,
-                   what="the worker to accept the shadow model")
-        sent += replay(settings, second)
-        wait_drained(settings, [worker], expected=sent)
-        _cli(settings, "model", "shadow", "--stop")
-        wait_until(lambda: _shadow_changes(worker.port, "stopped") == 1, timeout_s=60,
-                   what="the worker to stop shadowing")
-        sent += replay(settings, third)
-        wait_drained(settings, [worker], expected=sent)
-    finally:
-        worker.stop()
+    worker = start_worker(settings, dispatch=False)
+    assert worker.port is not None
+    sent = replay(settings, first)
+    wait_drained(settings, [worker], expected=sent)
+    _cli(settings, "model", "shadow", "--model", CANDIDATE)
+    wait_until(lambda: _shadow_changes(worker.port, "accepted") == 1, timeout_s=60,
+               what="the worker to accept the shadow model")
+    sent += replay(settings, second)
+    wait_drained(settings, [worker], expected=sent)
+    _cli(settings, "model", "shadow", "--stop")
+    wait_until(lambda: _shadow_changes(worker.port, "stopped") == 1, timeout_s=60,
+               what="the worker to stop shadowing")
+    sent += replay(settings, third)
+    wait_drained(settings, [worker], expected=sent)
+    worker.stop()
     shadowed = {r.txn_id for r in iter_shadow_rows(settings,
                                                    settings.topic(topics.FEATURES_SHADOW))}
     assert shadowed == ids[1]

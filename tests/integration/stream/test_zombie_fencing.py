@@ -12,21 +12,16 @@ import signal
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import orjson
 import pytest
 
 from app.harness.pipeline import audit_served, lines_of, make_log, read, replay, wait_drained
-from app.harness.procs import (
-    source_reads,
-    spawn_worker,
-    wait_all_assigned,
-    wait_until,
-)
+from app.harness.procs import source_reads, wait_all_assigned, wait_until
 from app.kafka import topics
 from app.kafka.inspect import committed_offsets, open_transaction_partitions, topic_sizes
 from app.settings import Settings
+from tests.support.live import StartWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,14 +30,13 @@ FENCED = ("ProducerFenced", "InvalidProducerEpoch")
 
 
 def test_a_zombie_worker_is_fenced_and_serves_nothing_twice(fresh_settings: Settings,
-                                                             tmp_path: Path) -> None:
+                                                             start_worker: StartWorker) -> None:
     settings = fresh_settings.replace(processing="exactly_once", session_timeout_s=SESSION_S)
     log = make_log(cards=800, txns=16_000, seed=43)
     lines = lines_of(log)
     source = settings.topic(topics.TRANSACTIONS)
     served = settings.topic(topics.FEATURES_SERVED)
-    zombie, other = (spawn_worker(settings, tmp_path, name=f"w{i}", dispatch=False)
-                     for i in range(2))
+    zombie, other = (start_worker(settings, name=f"w{i}", dispatch=False) for i in range(2))
     seen: list[dict[str, int]] = []  # the group's committed offsets, sampled
     stop = threading.Event()
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,56 +11,40 @@ import pytest
 from app.harness.pipeline import (
     lines_of,
     make_log,
-    replay,
+    replay_and_settle,
     run_counts,
-    wait_dispatched,
-    wait_drained,
     with_own_service,
 )
-from app.harness.procs import (
-    http_ready,
-    settings_env,
-    spawn_action_service,
-    spawn_worker,
-    wait_until,
-)
+from app.harness.procs import http_ready, wait_until
 from app.settings import Settings
+from tests.support.live import StartActionService, StartWorker, metrics_page, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 WATCH_REDIS_DB = 7
 
 
-def test_watch_shows_the_running_pipeline(fresh_settings: Settings, tmp_path: Path) -> None:
+def test_watch_shows_the_running_pipeline(fresh_settings: Settings,
+                                          start_action_service: StartActionService,
+                                          start_worker: StartWorker) -> None:
     settings = with_own_service(fresh_settings, WATCH_REDIS_DB)
-    port = settings.action_service_port
-    service = spawn_action_service(settings, tmp_path, port=port)
-    worker = spawn_worker(settings, tmp_path)
-    try:
-        wait_until(lambda: http_ready(f"{settings.action_service_url}/readyz"), timeout_s=30,
-                   what="the action service")
-        wait_until(lambda: http_ready(f"http://127.0.0.1:{worker.port}/metrics"), timeout_s=60,
-                   what="the worker's metrics page")
-        log = make_log(cards=40, txns=600, malformed=0.05)
-        lines = lines_of(log)
-        replay(settings, lines)
-        wait_drained(settings, [worker], expected=len(lines))
-        wait_dispatched(settings)  # every effect applied before watch reads the counters
-        text = urllib.request.urlopen(  # noqa: S310 - loopback
-            f"http://127.0.0.1:{worker.port}/metrics", timeout=5).read().decode()
-        capture = os.environ.get("FRAUDSTREAM_CAPTURE_METRICS")
-        if capture:  # refreshes tests/unit/watch/worker_metrics.txt by hand
-            Path(capture).write_text(text)
-        env = settings_env(settings)
-        env["COLUMNS"] = "160"
-        done = subprocess.run(
-            [sys.executable, "-m", "app.cli.main", "watch", "--once", "--interval", "0.5",
-             "--worker", f"http://127.0.0.1:{worker.port}",
-             "--action-service", settings.action_service_url],
-            env=env, capture_output=True, text=True, timeout=60, check=False)
-    finally:
-        worker.stop(timeout_s=30)
-        service.stop(timeout_s=30)
+    service = start_action_service(settings, port=settings.action_service_port)
+    worker = start_worker(settings)
+    wait_until(lambda: http_ready(f"http://127.0.0.1:{worker.port}/metrics"), timeout_s=60,
+               what="the worker's metrics page")
+    log = make_log(cards=40, txns=600, malformed=0.05)
+    lines = lines_of(log)
+    replay_and_settle(settings, [worker], lines)  # every effect applied before watch reads
+    text = metrics_page(worker.port, timeout_s=5)
+    capture = os.environ.get("FRAUDSTREAM_CAPTURE_METRICS")
+    if capture:  # refreshes tests/unit/watch/worker_metrics.txt by hand
+        Path(capture).write_text(text)
+    done = run_cli(settings, "watch", "--once", "--interval", "0.5",
+                   "--worker", f"http://127.0.0.1:{worker.port}",
+                   "--action-service", settings.action_service_url,
+                   timeout_s=60, env={"COLUMNS": "160"})
+    worker.stop(timeout_s=30)
+    service.stop(timeout_s=30)
     out = done.stdout
     print(out)  # shown with -s: the screen the README quotes
     assert done.returncode == 0, done.stderr

@@ -11,6 +11,7 @@ from app.action_service.apply_script import apply_script_source
 from app.action_service.decisions import decide_script_source
 from app.action_service.store import ActionStore, render_card
 from app.settings import load_settings
+from tests.support.cards import unknown_card_view
 
 
 def test_empty_token_is_refused():
@@ -88,22 +89,7 @@ def test_script_checks_everything_before_its_first_write():
 
 
 def test_card_view_of_an_unknown_card():
-    assert render_card("c", {}, []) == {
-        "card_id": "c",
-        "status": "active",
-        "frozen_at_ms": None,
-        "reason": None,
-        "txn_id": None,
-        "explanation": None,
-        "decided_by": None,
-        "rule": None,
-        "released_at_ms": None,
-        "released_by": None,
-        "confirmed_fraud": False,
-        "alerts_total": 0,
-        "alerts": [],
-        "history": [],
-    }
+    assert render_card("c", {}, []) == unknown_card_view("c")
 
 
 def test_decision_script_checks_everything_before_its_first_write():

@@ -130,6 +130,13 @@ def _batch_sizes(conn: FakeConnection) -> list[int]:
     return [int(c[2]) // 7 for c in conn.sent if c[0] == "EVALSHA"]
 
 
+def _batcher(**options: Any) -> tuple[FakeConnection, ApplyBatcher]:
+    """A fake connection and a batcher whose every lane is that connection: one lane, batches
+    of up to 10, unless `options` say otherwise."""
+    conn = FakeConnection()
+    return conn, ApplyBatcher(lambda: conn, LIMITS, **{"lanes": 1, "max_batch": 10, **options})
+
+
 async def _settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)  # let the batcher's tasks run
@@ -163,8 +170,7 @@ async def test_first_action_goes_alone_and_the_rest_wait_for_the_next_batch():
 
 
 async def test_a_failed_call_fails_every_action_of_its_batch_only():
-    conn = FakeConnection()
-    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10)
+    conn, batcher = _batcher()
     lone = batcher.submit(_action(0))
     await _settle()
     batch = [batcher.submit(_action(i)) for i in range(1, 4)]
@@ -179,8 +185,7 @@ async def test_a_failed_call_fails_every_action_of_its_batch_only():
 
 
 async def test_noscript_loads_the_script_and_resends_once():
-    conn = FakeConnection()
-    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10)
+    conn, batcher = _batcher()
     pending = batcher.submit(_action(0))
     await _settle()
     conn.gate.put_nowait(NoScriptError("NOSCRIPT No matching script."))
@@ -193,9 +198,7 @@ async def test_noscript_loads_the_script_and_resends_once():
 
 
 async def test_wait_follows_the_script_on_its_connection_and_gates_the_answers():
-    conn = FakeConnection()
-    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10, wait_replicas=1,
-                           wait_timeout_ms=250)
+    conn, batcher = _batcher(wait_replicas=1, wait_timeout_ms=250)
     acked = batcher.submit(_action(0))
     await _settle()
     conn.gate.put_nowait("auto")
@@ -215,9 +218,7 @@ async def test_wait_follows_the_script_on_its_connection_and_gates_the_answers()
 
 
 async def test_noscript_with_wait_skips_the_first_wait_reply():
-    conn = FakeConnection()
-    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10, wait_replicas=1,
-                           wait_timeout_ms=100)
+    conn, batcher = _batcher(wait_replicas=1, wait_timeout_ms=100)
     pending = batcher.submit(_action(0))
     await _settle()
     conn.gate.put_nowait(NoScriptError("NOSCRIPT No matching script."))
@@ -262,8 +263,7 @@ def test_batcher_guards():
 
 
 async def test_actions_submitted_in_one_loop_pass_share_one_call():
-    conn = FakeConnection()
-    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=2, max_batch=10)
+    conn, batcher = _batcher(lanes=2)
     futures = [batcher.submit(_action(i)) for i in range(4)]
     await _settle()
     assert _batch_sizes(conn) == [4]  # one dispatch at the end of the pass, not one per submit
@@ -273,8 +273,7 @@ async def test_actions_submitted_in_one_loop_pass_share_one_call():
 
 
 async def test_a_failed_script_load_fails_the_batch_with_its_own_error():
-    conn = FakeConnection()
-    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=10)
+    conn, batcher = _batcher()
     pending = batcher.submit(_action(0))
     await _settle()
     conn.gate.put_nowait(NoScriptError("NOSCRIPT No matching script."))
@@ -311,8 +310,7 @@ async def test_a_failed_open_fails_its_batch_and_the_next_batch_opens_again():
 
 
 async def test_close_waits_for_the_batch_in_flight_and_fails_what_is_queued():
-    conn = FakeConnection()
-    batcher = ApplyBatcher(lambda: conn, LIMITS, lanes=1, max_batch=1)
+    conn, batcher = _batcher(max_batch=1)
     in_flight = batcher.submit(_action(0))
     await _settle()
     queued = batcher.submit(_action(1))

@@ -69,16 +69,26 @@ def _bits(values: tuple[int | float, ...]) -> tuple[object, ...]:
     return tuple(struct.pack("<d", v) if type(v) is float else (type(v), v) for v in values)
 
 
+def _random_labels(rng: random.Random, count: tuple[int, int], *, days: float,
+                   merchants: int, delays: list[float], fraud: float,
+                   resent: int) -> list[LabelRecord]:
+    """`count` (an inclusive range) labels on merchants m0..m<merchants> within `days`, each
+    reported one of `delays` (days) later and fraud with probability `fraud`; then up to
+    `resent` of them sent again."""
+    labels = []
+    for i in range(rng.randint(*count)):
+        txn_day = rng.uniform(0, days)
+        labels.append(lab(i, f"m{rng.randint(0, merchants)}", txn_day,
+                          txn_day + rng.choice(delays), int(rng.random() < fraud)))
+    labels += rng.sample(labels, min(resent, len(labels)))
+    return labels
+
+
 def test_online_book_equals_offline_table_on_random_logs() -> None:
     rng = random.Random(7)
     for _ in range(20):
-        labels = []
-        for i in range(rng.randint(0, 300)):
-            txn_day = rng.uniform(0, 60)
-            labels.append(lab(i, f"m{rng.randint(0, 6)}", txn_day,
-                              txn_day + rng.choice([0.0, 1.5, 7.0, 7.0, 9.3, 30.0]),
-                              int(rng.random() < 0.3)))
-        labels += rng.sample(labels, min(10, len(labels)))  # re-sent labels
+        labels = _random_labels(rng, (0, 300), days=60, merchants=6,
+                                delays=[0.0, 1.5, 7.0, 7.0, 9.3, 30.0], fraud=0.3, resent=10)
         table = MerchantTable.of(labels)
         queries = [(f"m{rng.randint(0, 7)}", BASE + rng.randint(0, 100 * DAY_MS))
                    for _ in range(200)]
@@ -158,13 +168,8 @@ def brute_force(labels: list[LabelRecord], merchant: str, ts: int,
 def test_both_evaluators_equal_the_rule_applied_literally() -> None:
     rng = random.Random(5)
     for _ in range(12):
-        labels = []
-        for i in range(rng.randint(1, 120)):
-            txn_day = rng.uniform(0, 45)
-            labels.append(lab(i, f"m{rng.randint(0, 3)}", txn_day,
-                              txn_day + rng.choice([7.0, 7.0, 7.2, 8.5, 0.5, 20.0]),
-                              int(rng.random() < 0.5)))
-        labels += rng.sample(labels, min(5, len(labels)))
+        labels = _random_labels(rng, (1, 120), days=45, merchants=3,
+                                delays=[7.0, 7.0, 7.2, 8.5, 0.5, 20.0], fraud=0.5, resent=5)
         table = MerchantTable.of(labels)
         book = MerchantBook()
         for x in rng.sample(labels, len(labels)):  # the book in any arrival order

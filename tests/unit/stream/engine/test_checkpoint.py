@@ -12,7 +12,7 @@ import pytest
 from app.kafka import topics
 from app.kafka.records import OutRecord, SourceMessage
 from app.stream.engine.checkpoint import Checkpoint, CheckpointFailed
-from app.stream.engine.pipeline import TransactionPipeline
+from app.stream.engine.pipeline import DictCards, TransactionPipeline
 from app.stream.state import cardrecord
 
 T0 = 1_767_225_600_000
@@ -179,17 +179,6 @@ LOG = [SourceMessage("transactions", 0, i, f"c{i % 3}".encode(), txn(i, f"c{i % 
        for i in range(30)]
 
 
-class Store:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    def load(self, card_id: str) -> bytes | None:
-        return self.data.get(card_id)
-
-    def save(self, card_id: str, data: bytes, partition: int) -> None:
-        self.data[card_id] = data
-
-
 def outputs_of(pipeline: TransactionPipeline, batch: list[SourceMessage], snapshot: bool = True
                ) -> tuple[Any, Any]:
     out = pipeline.process(batch, snapshot=snapshot)
@@ -203,7 +192,7 @@ def outputs_of(pipeline: TransactionPipeline, batch: list[SourceMessage], snapsh
 STEPS = ("outputs sent", "outputs acked", "state written", "acked")
 
 
-async def run_until_abort(store: Store, durable: list[OutRecord], committed: list[int],
+async def run_until_abort(store: DictCards, durable: list[OutRecord], committed: list[int],
                           batches: list[list[SourceMessage]], abort: tuple[int, str] | None,
                           every: int = 1) -> None:
     """Process batches through a real Checkpoint; stop dead at `abort` = (batch, step).
@@ -267,10 +256,10 @@ def actions(records: list[OutRecord]) -> set[bytes]:
 async def test_abort_between_any_two_steps_then_resume_gives_the_same_effects(
         abort: Any, every: int) -> None:
     batches = [LOG[i:i + 5] for i in range(0, len(LOG), 5)]
-    clean_store, clean_out = Store(), []
+    clean_store, clean_out = DictCards(), []
     await run_until_abort(clean_store, clean_out, [], batches, None)
 
-    store, durable, committed = Store(), [], []
+    store, durable, committed = DictCards(), [], []
     await run_until_abort(store, durable, committed, batches, abort, every)
     if every > 1 and abort[0] < every - 1:
         assert committed == []  # no snapshot yet: nothing may be committed

@@ -11,7 +11,12 @@ from app.features.declaration import FEATURE_NAMES
 from app.kafka import topics
 from app.kafka.records import H_REASON_CODE, H_SOURCE_OFFSET, SourceMessage, header_map
 from app.stream import metrics
-from app.stream.engine.pipeline import BatchOutcome, TransactionPipeline, served_record
+from app.stream.engine.pipeline import (
+    BatchOutcome,
+    DictCards,
+    TransactionPipeline,
+    served_record,
+)
 from app.stream.engine.served import ServedRow, decode_served, encode_served
 from app.stream.state import cardrecord
 
@@ -19,16 +24,15 @@ NOW = 1_767_225_600_000 + 86_400_000 * 30
 T0 = 1_767_225_600_000
 
 
-class DictStore:
+class DictStore(DictCards):
+    """Cards in a dict, with every write's (card, offset)."""
+
     def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
+        super().__init__()
         self.writes: list[tuple[str, int]] = []
 
-    def load(self, card_id: str) -> bytes | None:
-        return self.data.get(card_id)
-
     def save(self, card_id: str, data: bytes, partition: int) -> None:
-        self.data[card_id] = data
+        super().save(card_id, data, partition)
         self.writes.append((card_id, cardrecord.unpack(data).offset))
 
 

@@ -15,7 +15,7 @@ from aiokafka.structs import TopicPartition
 from app.kafka import topics
 from app.kafka.records import OutRecord, SourceMessage
 from app.stream.engine.checkpoint import Checkpoint, CheckpointFailed
-from app.stream.engine.pipeline import TransactionPipeline
+from app.stream.engine.pipeline import DictCards, TransactionPipeline
 from app.stream.engine.txnsink import TransactionalSink, transactional_id
 from app.stream.state import cardrecord
 
@@ -246,20 +246,14 @@ LOG = [Msg(SOURCE, i % 2, i // 2, f"c{i % 6}".encode(), txn(i, f"c{i % 6}")) for
 STEPS = ("outputs sent", "outputs acked", "offsets", "commit", "committed")
 
 
-class Store:
+class Store(DictCards):
     """The new owner's card store: what the committed changelog holds (newest per card)."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.data: dict[str, bytes] = {}
+        super().__init__()
         for topic, _, key, value in cluster.log:
             if topic == CHANGELOG and key is not None:
                 self.data[key.decode()] = value
-
-    def load(self, card_id: str) -> bytes | None:
-        return self.data.get(card_id)
-
-    def save(self, card_id: str, data: bytes, partition: int) -> None:
-        self.data[card_id] = data
 
 
 async def run_owner(cluster: Cluster, batches: int, abort: tuple[int, str] | None) -> None:
