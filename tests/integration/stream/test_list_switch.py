@@ -60,7 +60,7 @@ def test_a_block_entry_added_then_removed_mid_stream_switches_exactly_where_read
         fresh_settings: Settings, tmp_path: Path) -> None:
     require_compiled_fold()
     settings = fresh_settings
-    log = make_log(cards=40, txns=8000, seed=58)
+    log = make_log(cards=30, txns=5000, seed=58)
     lines = lines_of(log)
     card, _ = Counter(orjson.loads(x)["card_id"] for x in lines).most_common(1)[0]
     served_topic = settings.topic(topics.FEATURES_SERVED)
@@ -68,7 +68,7 @@ def test_a_block_entry_added_then_removed_mid_stream_switches_exactly_where_read
     try:
         wait_all_assigned([worker], settings.topic(topics.TRANSACTIONS))
         fed: list[int] = []
-        feeder = threading.Thread(target=lambda: fed.append(replay(settings, lines, rate=400)))
+        feeder = threading.Thread(target=lambda: fed.append(replay(settings, lines, rate=500)))
         feeder.start()
 
         def served_at_least(n: int) -> bool:

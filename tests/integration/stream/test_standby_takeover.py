@@ -24,7 +24,7 @@ def test_a_warm_standby_takes_over_restoring_about_nothing(fresh_settings: Setti
     settings = fresh_settings
     assert settings.standby_replicas >= 1
     source = settings.topic(topics.TRANSACTIONS)
-    lines = lines_of(make_log(cards=600, txns=12_000, seed=57))
+    lines = lines_of(make_log(cards=400, txns=6_000, seed=57))
     half = len(lines) // 2
     a = spawn_worker(settings, tmp_path, name="a", dispatch=False)
     b = spawn_worker(settings, tmp_path, name="b", dispatch=False)
