@@ -71,24 +71,17 @@ async def _end_offsets(consumer: object, topic: str) -> dict[object, int]:
 
 async def topic_sizes(settings: Settings, names: Iterable[str]) -> dict[str, int]:
     """Messages ever written to each topic (sum of partition end offsets)."""
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
-                                isolation_level=settings.isolation_level,
-                                enable_auto_commit=False)
-    await start_or_close(consumer)
-    try:
-        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public equivalent
-        out = {}
-        for name in names:
-            out[name] = sum((await _end_offsets(consumer, name)).values())
-        return out
-    finally:
-        await consumer.stop()
+    ends = await _partition_ends(settings, list(names))
+    return {name: sum(per.values()) for name, per in ends.items()}
 
 
 async def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
     """Each partition of `topic` → its end offset now."""
+    return (await _partition_ends(settings, [topic]))[topic]
+
+
+async def _partition_ends(settings: Settings, names: list[str]) -> dict[str, dict[int, int]]:
+    """Per topic, each partition → its end offset, read by one consumer."""
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings),
@@ -97,7 +90,8 @@ async def partition_ends(settings: Settings, topic: str) -> dict[int, int]:
     await start_or_close(consumer)
     try:
         await consumer._client.force_metadata_update()  # noqa: SLF001 - no public equivalent
-        return {tp.partition: end for tp, end in (await _end_offsets(consumer, topic)).items()}
+        return {name: {tp.partition: end for tp, end in (await _end_offsets(consumer, name)).items()}
+                for name in names}
     finally:
         await consumer.stop()
 
