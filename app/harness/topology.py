@@ -322,7 +322,7 @@ class Topology:
             versions[row["model_version"]] += 1
         report.extra["rereads"] = again
         if self.settings.processing == "exactly_once":
-            problems.extend(self._exactly_once_problems(again, report))
+            problems.extend(self._exactly_once_problems(again, run.offline.redelivered, report))
         # the model version on every served row: the oracle's, unless one was rolled out
         if self.rollout is not None:
             problems.extend(self.rollout.problems(self.settings))
@@ -345,16 +345,27 @@ class Topology:
         report.extra["effect_p99_ms"], report.extra["effect_max_ms"] = round(p99), round(worst)
         return report
 
-    def _exactly_once_problems(self, rereads: int, report: ScenarioReport) -> list[str]:
+    def _exactly_once_problems(self, rereads: int, log_redeliveries: int,
+                               report: ScenarioReport) -> list[str]:
         """Read read_committed, features.served holds each source message once and actions
         each served row's decision once (a transaction the log sends twice is two source
         messages: served, and actioned, twice); the rows only read_uncommitted sees are those
-        of the transactions a fault left open (the evidence that it hit work in flight)."""
+        of the transactions a fault left open (the evidence that it hit work in flight).
+
+        The rows marked redelivered are the log's own redeliveries (`log_redeliveries`, the
+        oracle's count), no more: a card state restored with an aborted transaction's records
+        (a changelog read read_uncommitted) would take the transactions done again after it for
+        redeliveries, and serve them marked so, with values the audit cannot tell apart."""
         problems = []
         if rereads:
             problems.append(f"exactly_once: {rereads} source messages served twice under "
                             f"read_committed")
         rows = [orjson.loads(r.value) for r in read(self.settings, topics.FEATURES_SERVED)]
+        marked = sum(1 for row in rows if row["redelivered"])
+        if marked != log_redeliveries:
+            problems.append(f"exactly_once: {marked} rows served as redeliveries, the log holds "
+                            f"{log_redeliveries}: a card state held an uncommitted transaction's "
+                            f"work")
         served_per_txn = Counter(row["txn_id"] for row in rows)
         actions = [orjson.loads(r.value) for r in read(self.settings, topics.ACTIONS)]
         per_key = Counter(a["idempotency_key"] for a in actions)

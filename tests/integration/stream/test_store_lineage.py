@@ -1,11 +1,14 @@
 """A worker started on a data directory whose card store mirrors another app id, or topics since
-deleted and created again, discards that store and rebuilds it from its own changelog: it starts
-(no ConsistencyError), and what it serves counts only the events of its own topics."""
+deleted and created again, or a changelog partition that lost its records, discards what it cannot
+trust and rebuilds it from its own changelog: it starts (no ConsistencyError), and what it serves
+counts only the events of its own topics."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -23,7 +26,9 @@ from app.harness.procs import Spawned, spawn_worker, wait_all_assigned, wait_unt
 from app.kafka import topics
 from app.kafka.inspect import topic_sizes
 from app.kafka.topics import drop_topics, ensure_topics
-from app.settings import Settings
+from app.settings import Settings, load_settings
+from app.stack.kafka import KafkaNode
+from app.stack.process import free_port
 from app.stream.app import worker_datadir
 from app.stream.state.carddb import CardDBOptions, held_offsets, open_db
 
@@ -184,3 +189,82 @@ def test_a_worker_restarted_on_a_corrupt_sst_file_rebuilds_from_the_changelog(
     text = again.log_path.read_text()
     assert "unusable" in text and "Corruption" in text, again.log_tail()
     assert [p for p in path.parent.iterdir() if p.name.startswith(path.name + ".unusable-")]
+
+
+@pytest.fixture
+def own_broker(stack_settings: Settings, tmp_path: Path) -> Iterator[tuple[Settings, KafkaNode]]:
+    """A single KRaft broker of this test's own (its own ports and data, under tmp_path), and
+    settings on fresh topics there (Redis stays the stack's): its disk is the test's to damage."""
+    node_settings = load_settings({}, state_dir=tmp_path / "broker", kafka_port=free_port(),
+                                  kafka_controller_port=free_port())
+    node = KafkaNode(node_settings)
+    node.ensure_jars()
+    node.start()
+    try:
+        node.wait_ready(timeout_s=90)
+        tag = uuid.uuid4().hex[:8]
+        settings = stack_settings.replace(kafka_bootstrap=node.address, topic_prefix=f"t{tag}.",
+                                          app_id=f"fs-test-{tag}")
+        asyncio.run(ensure_topics(settings))
+        yield settings, node
+    finally:
+        node.stop()
+
+
+def _rewind(settings: Settings, partition: int) -> None:
+    """Commit offset 0 of the transactions topic's `partition` for the app's (empty) group:
+    that partition is read again from its first event."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    from app.security.kafka import kafka_client_kwargs
+
+    async def commit() -> None:
+        tp = TopicPartition(settings.topic(topics.TRANSACTIONS), partition)
+        consumer = AIOKafkaConsumer(**kafka_client_kwargs(settings), group_id=settings.app_id,
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            await consumer.commit({tp: OffsetAndMetadata(0, "")})
+        finally:
+            await consumer.stop()
+
+    asyncio.run(commit())
+
+
+def test_a_worker_restarted_on_a_changelog_partition_that_lost_its_records_rebuilds_it(
+        own_broker: tuple[Settings, KafkaNode], tmp_path: Path) -> None:
+    """The broker stopped and one changelog partition's log directory removed (a disk
+    replaced): it comes back empty under the same topic id, below the offsets the stopped
+    worker's store holds for it. The restarted worker discards that partition only (Faust
+    would raise ConsistencyError), keeps the others, and once the lost partition's events are
+    read again (its source rewound, the operator's part) every value it serves is exact."""
+    settings, node = own_broker
+    lines = lines_of(make_log(cards=150, txns=3000, seed=57))
+    half = len(lines) // 2
+    first, sent = _run(settings, tmp_path, "first", lines[:half])
+    held = _store_offsets(settings, tmp_path, first.port)
+    lost = 0
+    assert held.get(lost, -1) > 0 and len(held) == settings.topic_partitions, held
+    changelog = f"{settings.app_id}-card_state-changelog"
+    node.stop()
+    shutil.rmtree(node.home / "data" / f"{changelog}-{lost}")
+    node.start()
+    node.wait_ready(timeout_s=90)
+    ends = _changelog_ends(settings)
+    assert ends[lost] == 0 and all(ends[p] > held[p] for p in held if p != lost), (held, ends)
+    _rewind(settings, lost)
+    again, _ = _run(settings, tmp_path, "again", lines[half:], port=first.port, before=sent)
+    text = again.log_path.read_text()
+    assert "ConsistencyError" not in text, again.log_tail()
+    said = (f"partition {lost} of {changelog} discarded: held up to offset {held[lost]}, the "
+            f"changelog ends at 0 (truncated or recreated)")
+    assert said in text, again.log_tail()
+    assert "card store discarded:" not in text, again.log_tail()  # not the whole store
+    kept = [p for p in held if p != lost]
+    assert not [p for p in kept if f"partition {p} of {changelog} discarded" in text], (
+        again.log_tail())
+    report = audit_served(settings, lines)
+    assert report.ok, report.render()
+    assert report.compared > 3000 and report.mismatched_rows == 0
