@@ -1,6 +1,6 @@
 """Where the handbook benchmark's last Card Precision@100 points are: candidate columns, offline.
 
-    python -m benchmarks.handbook_probe [--data DIR] [--probe base,oracle,outliers]
+    python -m benchmarks.handbook_probe [--data DIR] [--probe base,oracle,outliers,...]
 
 The 37 declared features (benchmarks.handbook_bench's table) against the same table with extra
 columns computed here in numpy, each trained and scored on the book's 4 prequential test weeks
@@ -11,18 +11,31 @@ declared: a probe measures whether one would be worth declaring.
   has): what label-noise-free merchant features could add at most.
 - `outliers`: the card's transactions in the last 14 days whose amount was over 3x its 30-day
   mean, and over 2.5x in 7 days (the current transaction excluded).
+- `unexplained`: merchant frauds over the same delayed windows counting only the frauds that
+  nothing else explains: an amount of at most 220.00 and no fraud of the same card in the 14
+  days before (labels a system would know by then: they precede the labelled transaction).
+- `longmax`: the card's largest amount over 7 and 30 days, and the 7-day one over the 30-day
+  mean.
+Probes combine with `+` (`outliers+unexplained`: the columns of both).
+
+`--ceiling` prints, beside them, the best Card Precision@100 any model on label-fed features
+with this delay can expect: every fraud scored first except the compromised-terminal frauds
+whose terminal's last label known at the transaction's hour is not a compromised-terminal fraud
+of the last 28 days (its compromise is younger than the delay); those and the genuine rows in a
+random order (seeds 0-4, their mean and range).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
 import orjson
 
-from app.features.declaration import FEATURE_NAMES
+from app.features.declaration import FEATURE_NAMES, HOUR_MS
 from app.quality import handbook as hb
 from app.scoring.contract import FeatureSpec
 from app.scoring.gbt import fit_lgbm, predict_proba
@@ -61,9 +74,37 @@ def _windowed(group: np.ndarray, ts: np.ndarray, flag: np.ndarray, lo_ms: int, h
     return out
 
 
+def _window_max(group: np.ndarray, ts: np.ndarray, value: np.ndarray, ms: int) -> np.ndarray:
+    """Per row: the largest `value` over the rows of its group with event time in (t - ms, t],
+    rows of equal time up to this one in log order (a monotone queue per group)."""
+    order = np.lexsort((np.arange(len(ts)), ts, group))
+    out = np.empty(len(ts))
+    queue: deque[tuple[int, float]] = deque()
+    previous = None
+    for i in order.tolist():
+        if group[i] != previous:
+            queue.clear()
+            previous = group[i]
+        while queue and queue[-1][1] <= value[i]:
+            queue.pop()
+        queue.append((int(ts[i]), float(value[i])))
+        while queue[0][0] <= ts[i] - ms:
+            queue.popleft()
+        out[i] = queue[0][1]
+    return out
+
+
+def _known_before(ts: np.ndarray) -> np.ndarray:
+    """The last transaction time whose label is known at each row's hour (7 days' delay)."""
+    return (ts // HOUR_MS) * HOUR_MS - 7 * DAY_MS - 1
+
+
 def probe_columns(name: str, t: Table, merchant: np.ndarray, ts: np.ndarray,
-                  cards: np.ndarray) -> list[np.ndarray]:
-    """The extra columns of probe `name` (none for `base`)."""
+                  cards: np.ndarray, amount: np.ndarray) -> list[np.ndarray]:
+    """The extra columns of probe `name` (none for `base`; `a+b` for both)."""
+    if "+" in name:
+        return [c for part in name.split("+")
+                for c in probe_columns(part, t, merchant, ts, cards, amount)]
     ones = np.ones(len(ts))
     if name == "oracle":
         cols = []
@@ -79,9 +120,40 @@ def probe_columns(name: str, t: Table, merchant: np.ndarray, ts: np.ndarray,
                           right=False),
                 _windowed(cards, ts, (ratio > 2.5).astype(float), 7 * DAY_MS, 0,
                           right=False)]
+    if name == "unexplained":
+        fraud = t.fraud.astype(float)
+        card_before = _windowed(cards, ts, fraud, 14 * DAY_MS, 0, right=False)
+        alone = fraud * ((amount <= 22_000) & (card_before == 0))
+        return [_windowed(merchant, ts, alone, (7 + n) * DAY_MS, 7 * DAY_MS + HOUR_MS,
+                          right=True) for n in (1, 7, 30)]
+    if name == "longmax":
+        mean30 = t.matrix[:, FEATURE_NAMES.index("mean_30d")].astype(np.float64)
+        max7 = _window_max(cards, ts, amount.astype(np.float64), 7 * DAY_MS)
+        return [max7, _window_max(cards, ts, amount.astype(np.float64), 30 * DAY_MS),
+                max7 / mean30]
     if name == "base":
         return []
-    raise SystemExit(f"unknown probe {name!r}: base, oracle or outliers")
+    raise SystemExit(f"unknown probe {name!r}: base, oracle, outliers, unexplained or longmax")
+
+
+def ceiling(t: Table, merchant: np.ndarray, ts: np.ndarray, seeds: int = 5) -> list[float]:
+    """CP@100 over the 4 test weeks when every detectable fraud is scored first (module doc)."""
+    n = len(ts)
+    order = np.lexsort((np.arange(n), ts, merchant))
+    keys = (merchant[order] << 41) + ts[order]
+    at = np.searchsorted(keys, (merchant << 41) + _known_before(ts), side="right") - 1
+    last = order[np.clip(at, 0, n - 1)]
+    seen = (at >= 0) & (merchant[last] == merchant)
+    compromise_known = seen & (t.scenario[last] == 2) & (ts[last] >= ts - 28 * DAY_MS)
+    detectable = (t.fraud == 1) & ((t.scenario != 2) | compromise_known)
+    out = []
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        weeks = [hb.card_precision_at_k(t.days[s.test], t.cards[s.test], t.fraud[s.test],
+                                        detectable[s.test] * 2.0 + rng.random(len(s.test)))
+                 for s in hb.folds(t.days, t.cards, t.fraud, hb.TEST_START)]
+        out.append(float(np.mean(weeks)))
+    return out
 
 
 def four_weeks(t: Table, matrix: np.ndarray) -> hb.Figures:
@@ -99,16 +171,22 @@ def four_weeks(t: Table, matrix: np.ndarray) -> hb.Figures:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--probe", default="base,oracle,outliers")
+    ap.add_argument("--probe", default="base,oracle,outliers,unexplained,longmax,"
+                    "outliers+unexplained")
+    ap.add_argument("--ceiling", action="store_true", help="also the Card Precision@100 ceiling")
     args = ap.parse_args(argv)
     txns, labels, scenarios = ensure_data(args.data)
     t = offline_table(txns, labels, scenarios)
-    merchant, ts, _ = _log_columns(t, txns)
+    merchant, ts, amount = _log_columns(t, txns)
     cards = np.array([int(c[1:]) for c in t.cards], dtype=np.int64)
+    if args.ceiling:
+        cps = ceiling(t, merchant, ts)
+        print(f"ceiling: Card Precision@100 {np.mean(cps):.4f} (seeds 0-{len(cps) - 1}: "
+              f"{min(cps):.4f}..{max(cps):.4f})", flush=True)
     print("\n| probe | AUC ROC | Average precision | Card Precision@100 |\n|---|---|---|---|")
     for name in args.probe.split(","):
         began = time.perf_counter()
-        extra = probe_columns(name, t, merchant, ts, cards)
+        extra = probe_columns(name, t, merchant, ts, cards, amount)
         matrix = np.column_stack([t.matrix, *extra]).astype(np.float32) if extra else t.matrix
         fig = four_weeks(t, matrix)
         print(f"| {name} (+{len(extra)} columns) | {fig.auc:.4f} | {fig.ap:.4f} | "
