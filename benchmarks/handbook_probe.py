@@ -11,8 +11,9 @@ declared: a probe measures whether one would be worth declaring.
   has): what label-noise-free merchant features could add at most.
 - `outliers`: the card's transactions in the last 14 days whose amount was over 3x its 30-day
   mean, and over 2.5x in 7 days (the current transaction excluded).
-- `unexplained`: merchant frauds over the same delayed windows counting only the frauds that
-  nothing else explains: an amount of at most 220.00 and no fraud of the same card in the 14
+- `unexplained`: merchant frauds over (t - 7 - n days, t - 7 days - 1 hour] (n = 1, 7, 30; an
+  hour short of the merchant features' whole-hour rule) counting only the frauds that nothing
+  else explains: an amount of at most 220.00 and no fraud of the same card in the 14
   days before (labels a system would know by then: they precede the labelled transaction).
 - `longmax`: the card's largest amount over 7 and 30 days, and the 7-day one over the 30-day
   mean.
