@@ -3,8 +3,9 @@
 The model of the baseline week is trained as `fraudstream model train --algorithm lgbm` does
 (trainer.train_model: the training week, then the test week as its evaluation days) into a
 model directory. The test week with the 30 days before it (the card windows' history) and the
-labels of the 37 days before its end (the merchant windows' reach, each label as the book
-knows it: 7 days after its transaction) are then:
+labels of the 51 days before its start (the merchant windows' reach of 37 days, and the 14 days
+before those in which a card's fraud explains another: each label as the book knows it, 7 days
+after its transaction) are then:
 - scored offline by `fraudstream score`'s oracle (run_oracle) with those labels;
 - replayed through Kafka into a real worker on the local stack, the labels first.
 The served rows must equal the offline rows: the same features (audit-skew with the labels: 0)
@@ -32,7 +33,7 @@ from app.quality import handbook as hb
 from app.scoring.gbt import GbtParams
 
 _HISTORY_DAYS = 30
-_LABEL_REACH_DAYS = 37
+_LABEL_REACH_DAYS = 37 + 14
 
 
 def _ms(d: date) -> int:

@@ -7,7 +7,8 @@
  * sums, start pointers, monotonic max deques and value -> count maps (O(1) amortized); an
  * out-of-order event rescans its windows, is inserted, and the card's aggregates are rebuilt
  * from the buffer (O(buffer), as the Python state's memmove is). The layout (windows,
- * distinct features, since_prev windows) is given by the caller, derived from the declaration.
+ * distinct features, since_prev windows, outliers counts) is given by the caller, derived from
+ * the declaration. An outliers count scans its window's other events (O(window)).
  * Redelivery lookups go through each card's table of its buffered txn_id hashes: an absent
  * hash is exactly "not remembered"; a present one is confirmed by comparing the stored ids.
  * A batch is taken card by card (cards are independent; each card's events stay in log order).
@@ -18,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXW 6
+#define MAXW 8
 #define MAXF 4
 #define MAXD 4
 #define MAXS 8
+#define MAXO 8
+#define MAXFACTOR ((int64_t)1 << 31) /* an outliers factor's num and den are below this */
 #define IDMAX 64
 #define COMPACT_MIN 64
 
@@ -47,9 +50,12 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    int nw, nd, ns, nf, width;
+    int nw, nd, ns, no, nf, width;
     int64_t w[MAXW];
     int dfield[MAXD], dwin[MAXD], swin[MAXS];
+    /* per outliers count: its window, the reference window's count slot, factor num / den */
+    int owin[MAXO], oref[MAXO];
+    int64_t onum[MAXO], oden[MAXO];
     int64_t lateness, maxw;
     Card *cards;
     int64_t ncards;
@@ -235,6 +241,21 @@ static int rebuild(Folder *f, Card *c) {
     return 0;
 }
 
+/* The outliers counts of an event whose other events of window i are ev[lows[i] .. hi - 1]
+ * and whose own window primitives are already in prims: those x with
+ * den * amount(x) * count_ref > num * sum_ref, exactly. num, den < 2**31 and count_ref < 2**32
+ * (a card's buffer is smaller), so both sides fit an __int128. */
+static void outliers(const Folder *f, const Ev *ev, const int64_t *lows, int64_t hi,
+                     int64_t *prims) {
+    for (int o = 0; o < f->no; o++) {
+        __int128 scale = (__int128)f->oden[o] * prims[f->oref[o]];
+        __int128 bar = (__int128)f->onum[o] * prims[f->oref[o] + 1];
+        int64_t count = 0;
+        for (int64_t p = lows[f->owin[o]]; p < hi; p++) count += (__int128)ev[p].amt * scale > bar;
+        prims[3 * f->nw + f->nd + f->ns + o] = count;
+    }
+}
+
 static void append(Folder *f, Card *c, int64_t *prims, int64_t live, int *err) {
     Ev *ev = c->ev;
     int64_t n = c->n, ts = ev[n].ts, amt = ev[n].amt;
@@ -262,6 +283,7 @@ static void append(Folder *f, Card *c, int64_t *prims, int64_t live, int *err) {
     int64_t prev = c->max_ts;
     for (int k = 0; k < f->ns; k++)
         prims[3 * f->nw + f->nd + k] = (live && prev > ts - f->w[f->swin[k]]) ? ts - prev : -1;
+    outliers(f, ev, c->start, n, prims);  /* the window's other events: start[i] .. n - 1 */
     c->n = n + 1;
     c->max_ts = ts;
 }
@@ -290,6 +312,7 @@ static void insert(Folder *f, Card *c, int64_t *prims, int *err) {
     }
     for (int k = 0; k < f->ns; k++)
         prims[3 * f->nw + f->nd + k] = hi > lows[f->swin[k]] ? ts - ev[hi - 1].ts : -1;
+    outliers(f, ev, lows, hi, prims);
     memmove(ev + hi + 1, ev + hi, sizeof(Ev) * (c->n - hi));
     memmove(c->ids + hi + 1, c->ids + hi, sizeof(Id) * (c->n - hi));
     ev[hi] = x;
@@ -337,12 +360,13 @@ static int int_tuple(PyObject *seq, int64_t *out, int max, const char *what) {
 
 static int Folder_init(Folder *self, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"windows", "distinct_fields", "distinct_windows", "since_windows",
-                         "fields", "allowed_lateness_ms", NULL};
-    PyObject *w, *df, *dw, *sw;
+                         "fields", "allowed_lateness_ms", "outliers", NULL};
+    PyObject *w, *df, *dw, *sw, *ol = NULL;
     int nf;
     long long lateness;
-    int64_t buf[MAXD];
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOiL", kw, &w, &df, &dw, &sw, &nf, &lateness))
+    int64_t buf[MAXS > MAXD ? MAXS : MAXD];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOiL|O", kw, &w, &df, &dw, &sw, &nf, &lateness,
+                                     &ol))
         return -1;
     if ((self->nw = int_tuple(w, self->w, MAXW, "windows")) < 1) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "windows: at least one");
@@ -376,8 +400,35 @@ static int Folder_init(Folder *self, PyObject *args, PyObject *kwds) {
             PyErr_SetString(PyExc_ValueError, "since_prev window out of range");
             return -1;
         }
+    self->no = 0;
+    if (ol) {
+        PyObject *t = PySequence_Fast(ol, "outliers");
+        if (!t) return -1;
+        Py_ssize_t no = PySequence_Fast_GET_SIZE(t);
+        if (no > MAXO) {
+            Py_DECREF(t);
+            PyErr_Format(PyExc_ValueError, "outliers: at most %d", MAXO);
+            return -1;
+        }
+        for (Py_ssize_t o = 0; o < no; o++) {
+            int64_t q[4];
+            int got = int_tuple(PySequence_Fast_GET_ITEM(t, o), q, 4, "outliers entry");
+            if (got != 4 || q[0] < 0 || q[0] >= self->nw || q[1] < 0 || q[1] >= self->nw
+                || q[2] < 1 || q[2] >= MAXFACTOR || q[3] < 1 || q[3] >= MAXFACTOR) {
+                Py_DECREF(t);
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "outliers: (window, reference window, num, "
+                                    "den) in range, num and den in 1 .. 2**31 - 1");
+                return -1;
+            }
+            self->owin[o] = (int)q[0]; self->oref[o] = 3 * (int)q[1];
+            self->onum[o] = q[2]; self->oden[o] = q[3];
+        }
+        self->no = (int)no;
+        Py_DECREF(t);
+    }
     self->nf = nf;
-    self->width = 3 * self->nw + self->nd + self->ns;
+    self->width = 3 * self->nw + self->nd + self->ns + self->no;
     self->lateness = lateness;
     self->maxw = self->w[self->nw - 1];
     return 0;

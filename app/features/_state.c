@@ -8,9 +8,10 @@
  * The object holds only str and int references (no cycles), so the collector never tracks it.
  * Remembered txn_ids are the buffered ones, found by a scan of their cached hashes.
  *
- * The layout (windows, distinct features, since_prev windows, the signature), the outcome
- * classes and `vector.derive` are handed over once by `configure` (app/features/state.py),
- * so the declaration stays the only place a feature exists and derive the one derivation.
+ * The layout (windows, distinct features, since_prev windows, outliers counts, the
+ * signature), the outcome classes and `vector.derive` are handed over once by `configure`
+ * (app/features/state.py), so the declaration stays the only place a feature exists and
+ * derive the one derivation.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,6 +27,9 @@
 #define MAXF 4
 #define MAXD 8
 #define MAXS 8
+#define MAXO 8
+#define MAXWIDTH (MAXW * 3 + MAXD + MAXS + MAXO) /* primitives per event, at most */
+#define MAXFACTOR ((int64_t)1 << 31) /* an outliers factor's num and den are below this */
 #define MAXM MAXW
 #define MAXP 64
 #define HEADER 17 /* "<BIqI": version, signature, max_ts, events */
@@ -35,10 +39,13 @@ typedef struct { Pair *buf; Py_ssize_t head, len, cap; } Deque; /* cap: 0 or a p
 
 static struct {
     int ready;
-    int nw, nf, nd, ns, width, version;
+    int nw, nf, nd, ns, no, width, version;
     uint32_t signature;
     int64_t w[MAXW], maxw, sw[MAXS];
     int dfield[MAXD], dwin[MAXD], swin[MAXS];
+    /* per outliers count: its window, the reference window's count slot, factor num / den */
+    int owin[MAXO], oref[MAXO];
+    int64_t onum[MAXO], oden[MAXO];
     Py_ssize_t compact_min;
     PyObject *accepted, *late, *redelivered, *derive;
     /* derive's plan (app.features.vector.DERIVE_PLAN): mean slots, ratio -> mean, pick order */
@@ -242,7 +249,7 @@ static PyObject *derive_py(PyObject *mod, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%d primitives expected", L.width);
         return NULL;
     }
-    int64_t prims[MAXW * 3 + MAXD + MAXS];
+    int64_t prims[MAXWIDTH];
     for (int k = 0; k < L.width; k++) {
         prims[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(t, k));
         if (prims[k] == -1 && PyErr_Occurred()) { Py_DECREF(t); return NULL; }
@@ -269,7 +276,22 @@ static void put(State *s, Py_ssize_t at, PyObject *tid, Py_hash_t h, int64_t ts,
     s->n++;
 }
 
-/* --- in order: O(1) amortized ----------------------------------------------------------- */
+/* The outliers counts of an event whose other events of window i are positions lows[i] ..
+ * hi - 1 and whose own window primitives are already in prims: those x with
+ * den * amount(x) * count_ref > num * sum_ref, exactly. num, den < 2**31 and count_ref < 2**32
+ * (a state holds fewer events), so both sides fit an __int128. */
+static void outliers(const State *s, const Py_ssize_t *lows, Py_ssize_t hi, int64_t *prims) {
+    for (int o = 0; o < L.no; o++) {
+        __int128 scale = (__int128)L.oden[o] * prims[L.oref[o]];
+        __int128 bar = (__int128)L.onum[o] * prims[L.oref[o] + 1];
+        int64_t count = 0;
+        for (Py_ssize_t k = lows[L.owin[o]]; k < hi; k++)
+            count += (__int128)s->amt[k] * scale > bar;
+        prims[3 * L.nw + L.nd + L.ns + o] = count;
+    }
+}
+
+/* --- in order: O(1) amortized (outliers counts: a scan of their windows) ----------------- */
 
 static int append(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
                   PyObject **vals, Py_ssize_t live, int64_t *prims) {
@@ -311,6 +333,7 @@ static int append(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
     int64_t prev = s->max_ts;
     for (int k = 0; k < L.ns; k++)
         prims[3 * L.nw + L.nd + k] = (live && prev > ts - L.sw[k]) ? ts - prev : -1;
+    outliers(s, s->start, n, prims); /* the window's other events: start[i] .. n - 1 */
     put(s, n, tid, h, ts, amt, prims, vals);
     s->max_ts = ts;
     return 0;
@@ -392,6 +415,7 @@ static int insert(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
     }
     for (int k = 0; k < L.ns; k++)
         prims[3 * L.nw + L.nd + k] = hi > lows[L.swin[k]] ? ts - s->ts[hi - 1] : -1;
+    outliers(s, lows, hi, prims);
     Py_ssize_t tail = n - hi;
     memmove(s->ts + hi + 1, s->ts + hi, tail * sizeof(int64_t));
     memmove(s->amt + hi + 1, s->amt + hi, tail * sizeof(int64_t));
@@ -459,7 +483,7 @@ static int has_nul(PyObject *str) {
 static PyObject *apply_txn(State *s, PyObject *txn, int64_t lateness) {
     PyObject *tid = NULL, *ts_obj = NULL, *amt_obj = NULL, *vals[MAXF] = {NULL};
     PyObject *result = NULL;
-    int64_t prims[MAXW * 3 + MAXD + MAXS];
+    int64_t prims[MAXWIDTH];
     if (!(tid = PyObject_GetAttr(txn, L.s_txn_id))) goto done;
     Py_hash_t h = PyObject_Hash(tid);
     if (h == -1) goto done;
@@ -761,14 +785,15 @@ static int int_tuple(PyObject *t, int64_t *dst, int max, const char *what) {
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"windows", "distinct_fields", "distinct_windows", "since_windows",
                              "fields", "signature", "version", "compact_min", "accepted", "late",
-                             "redelivered", "derive", "derive_plan", NULL};
+                             "redelivered", "derive", "derive_plan", "outliers", NULL};
     PyObject *windows, *dfields, *dwins, *swins, *fields, *acc, *late, *red, *derive, *plan;
+    PyObject *outl;
     unsigned long long signature;
     int version;
     Py_ssize_t compact_min;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "$OOOOOKinOOOOO", kwlist, &windows, &dfields, &dwins,
-                                     &swins, &fields, &signature, &version, &compact_min, &acc,
-                                     &late, &red, &derive, &plan))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "$OOOOOKinOOOOOO", kwlist, &windows, &dfields,
+                                     &dwins, &swins, &fields, &signature, &version, &compact_min,
+                                     &acc, &late, &red, &derive, &plan, &outl))
         return NULL;
     if (L.ready) {
         PyErr_SetString(PyExc_RuntimeError, "app.features._state is configured once");
@@ -800,8 +825,30 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
         }
         L.swin[k] = (int)sw[k]; L.sw[k] = L.w[sw[k]];
     }
+    if (!PyTuple_Check(outl) || PyTuple_GET_SIZE(outl) > MAXO) {
+        PyErr_Format(PyExc_ValueError, "outliers: a tuple of at most %d (window, reference, "
+                     "num, den) tuples", MAXO);
+        return NULL;
+    }
+    int no = (int)PyTuple_GET_SIZE(outl);
+    for (int o = 0; o < no; o++) {
+        int64_t q[4];
+        if (int_tuple(PyTuple_GET_ITEM(outl, o), q, 4, "outliers entry") != 4) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "outliers: (window, reference, num, den)");
+            return NULL;
+        }
+        if (q[0] < 0 || q[0] >= nw || q[1] < 0 || q[1] >= nw || q[2] < 1 || q[2] >= MAXFACTOR
+            || q[3] < 1 || q[3] >= MAXFACTOR) {
+            PyErr_SetString(PyExc_ValueError, "configure: an outliers count outside the layout "
+                            "(or a factor not in 1 .. 2**31 - 1)");
+            return NULL;
+        }
+        L.owin[o] = (int)q[0]; L.oref[o] = 3 * (int)q[1]; L.onum[o] = q[2]; L.oden[o] = q[3];
+    }
+    L.no = no;
     L.maxw = L.w[nw - 1];
-    L.width = 3 * nw + nd + ns;
+    L.width = 3 * nw + nd + ns + no;
     int64_t ms[MAXM], rm[MAXM], pk[MAXP];
     if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 3) {
         PyErr_SetString(PyExc_ValueError, "derive_plan: (means, ratios, pick)");

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 Aggregate = Literal["count", "sum", "max", "mean", "distinct", "since_prev", "ratio_to_mean",
-                    "labelled", "frauds", "fraud_share", "fraud_streak", "hours_since_genuine",
-                    "streak_age"]
+                    "outliers", "labelled", "frauds", "fraud_share", "fraud_streak",
+                    "hours_since_genuine", "streak_age", "unexplained"]
 SourceField = Literal["amount_minor", "merchant_id", "country", "ts_ms", "label"]
 #: Whose history a feature aggregates: the card's own events, or the merchant's.
 Entity = Literal["card", "merchant"]
@@ -26,12 +26,14 @@ AGGREGATE_DTYPES: Final[Mapping[str, Dtype]] = {
     "distinct": "int64",
     "since_prev": "int64",
     "ratio_to_mean": "float64",
+    "outliers": "int64",
     "labelled": "int64",
     "frauds": "int64",
     "fraud_share": "float64",
     "fraud_streak": "int64",
     "hours_since_genuine": "int64",
     "streak_age": "int64",
+    "unexplained": "int64",
 }
 #: Which source fields each aggregate may read.
 _SOURCES: Final[Mapping[str, frozenset[str]]] = {
@@ -42,19 +44,21 @@ _SOURCES: Final[Mapping[str, frozenset[str]]] = {
     "distinct": frozenset({"merchant_id", "country"}),
     "since_prev": frozenset({"ts_ms"}),
     "ratio_to_mean": frozenset({"amount_minor"}),
+    "outliers": frozenset({"amount_minor"}),
     "labelled": frozenset({"label"}),
     "frauds": frozenset({"label"}),
     "fraud_share": frozenset({"label"}),
     "fraud_streak": frozenset({"label"}),
     "hours_since_genuine": frozenset({"label"}),
     "streak_age": frozenset({"label"}),
+    "unexplained": frozenset({"label"}),
 }
 #: The aggregates of each feed (and so of each entity: merchants are seen through labels only).
 _FEED_AGGREGATES: Final[Mapping[str, frozenset[str]]] = {
     "transactions": frozenset({"count", "sum", "max", "mean", "distinct", "since_prev",
-                               "ratio_to_mean"}),
+                               "ratio_to_mean", "outliers"}),
     "labels": frozenset({"labelled", "frauds", "fraud_share", "fraud_streak",
-                         "hours_since_genuine", "streak_age"}),
+                         "hours_since_genuine", "streak_age", "unexplained"}),
 }
 #: Label-fed windows and delays are whole hours (a label is known from the hour after it is
 #: reported).
@@ -80,7 +84,11 @@ class Feature:
     Card features (`entity="card"`, `feed="transactions"`) aggregate the card's own events over
     (τ − W, τ]. Merchant features (`entity="merchant"`, `feed="labels"`) aggregate the labels of
     the merchant's transactions over whole days that end `delay` before τ's day: see
-    app/features/merchant.py for the exact rule.
+    app/features/merchant.py for the exact rule. An `outliers` feature counts the card's other
+    events of its window whose amount is over `factor` (num, den) times the scored event's
+    mean over the `reference` window: amount · count_ref · den > num · sum_ref, in integers.
+    An `unexplained` merchant feature counts the fraud labels no fraud label of the same card
+    over the `reference` window before explains (app/features/merchant.py).
     """
 
     name: str
@@ -92,6 +100,10 @@ class Feature:
     entity: Entity = "card"
     feed: Feed = "transactions"
     delay: Window | None = None
+    #: `outliers`: the amount factor as a fraction (num, den) and the mean's window;
+    #: `unexplained`: the card's window before a fraud whose frauds explain it.
+    factor: tuple[int, int] | None = None
+    reference: Window | None = None
 
     def __post_init__(self) -> None:
         if self.aggregate not in _FEED_AGGREGATES[self.feed]:
@@ -106,6 +118,14 @@ class Feature:
                              "hours")
         if self.feed == "transactions" and self.delay is not None:
             raise ValueError(f"feature {self.name}: only label-fed features have a delay")
+        if (self.aggregate == "outliers") != (self.factor is not None):
+            raise ValueError(f"feature {self.name}: an outliers feature, and only one, has a "
+                             "factor")
+        if (self.aggregate in ("outliers", "unexplained")) != (self.reference is not None):
+            raise ValueError(f"feature {self.name}: outliers and unexplained features, and "
+                             "only they, have a reference window")
+        if self.factor is not None and not (self.factor[0] > 0 and self.factor[1] > 0):
+            raise ValueError(f"feature {self.name}: the factor is a positive fraction")
         if AGGREGATE_DTYPES.get(self.aggregate) != self.dtype:
             raise ValueError(f"feature {self.name}: {self.aggregate} yields "
                              f"{AGGREGATE_DTYPES.get(self.aggregate)}, declared {self.dtype}")
@@ -120,6 +140,7 @@ W5M: Final = Window(name="5m", ms=300_000)
 W1H: Final = Window(name="1h", ms=3_600_000)
 W24H: Final = Window(name="24h", ms=86_400_000)
 W7D: Final = Window(name="7d", ms=7 * 86_400_000)
+W14D: Final = Window(name="14d", ms=14 * 86_400_000)
 W30D: Final = Window(name="30d", ms=30 * 86_400_000)
 WINDOWS: Final[tuple[Window, ...]] = (W1M, W5M, W1H, W24H)
 #: Card windows of long history: only count and mean are declared over them.
@@ -129,6 +150,9 @@ W1D: Final = Window(name="1d", ms=24 * HOUR_MS)
 #: delay): merchant windows end this long before the scored transaction's day.
 LABEL_DELAY: Final = W7D
 MERCHANT_WINDOWS: Final[tuple[Window, ...]] = (W1D, W7D, W30D)
+#: A merchant's fraud label is explained by the card when the card has another fraud label over
+#: this window before the labelled transaction (a compromised card's, not the merchant's).
+EXPLAINED_BY: Final = W14D
 
 
 def _amount_features(w: Window) -> tuple[Feature, ...]:
@@ -150,10 +174,20 @@ def _long_features(w: Window) -> tuple[Feature, ...]:
     return tuple(f for f in _amount_features(w) if f.aggregate in ("count", "mean"))
 
 
+def _outliers(w: Window, num: int, den: int) -> Feature:
+    times = f"{num}" if den == 1 else f"{num / den:g}"
+    return Feature(name=f"outliers_{w.name}", aggregate="outliers", source="amount_minor",
+                   window=w, dtype="int64", factor=(num, den), reference=W30D,
+                   description=f"Other transactions of the card in the last {w.name} whose "
+                   f"amount_minor is over {times} x this transaction's mean_30d: a compromised "
+                   "card's inflated amounts stand out against its month.")
+
+
 def _merchant(name: str, aggregate: Aggregate, w: Window, dtype: Dtype,
-              description: str) -> Feature:
+              description: str, reference: Window | None = None) -> Feature:
     return Feature(name=name, aggregate=aggregate, source="label", window=w, dtype=dtype,
-                   entity="merchant", feed="labels", delay=LABEL_DELAY, description=description)
+                   entity="merchant", feed="labels", delay=LABEL_DELAY, description=description,
+                   reference=reference)
 
 
 def _merchant_features(w: Window) -> tuple[Feature, ...]:
@@ -167,6 +201,10 @@ def _merchant_features(w: Window) -> tuple[Feature, ...]:
         _merchant(f"merchant_fraud_share_{w.name}", "fraud_share", w, "float64",
                   f"merchant_frauds_{w.name} / merchant_labelled_{w.name} (0.0 when none): "
                   "the merchant's known fraud share."),
+        _merchant(f"merchant_unexplained_{w.name}", "unexplained", w, "int64",
+                  f"Those of merchant_frauds_{w.name} whose card has no other known fraud label "
+                  f"in the {EXPLAINED_BY.name} before the labelled transaction: frauds the card "
+                  "does not explain, as a compromised merchant's are.", EXPLAINED_BY),
     )
 
 
@@ -200,6 +238,8 @@ FEATURES: Final[tuple[Feature, ...]] = (
     *(f for w in LONG_WINDOWS for f in _long_features(w)),
     Feature(name="amount_to_mean_30d", aggregate="ratio_to_mean", source="amount_minor",
             window=W30D, dtype="float64", description="amount_minor / mean_30d."),
+    _outliers(W30D, 3, 1),
+    _outliers(W7D, 5, 2),
     *(f for w in MERCHANT_WINDOWS for f in _merchant_features(w)),
     *_merchant_recency(W30D),
 )

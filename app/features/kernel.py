@@ -1,10 +1,11 @@
 """The offline fold: CardState's rules over Arrow columns, in the compiled `_fold` kernel.
 
 The kernel is parametrized by `vector.LAYOUT` (windows, distinct features, since_prev
-windows), so the declaration stays the only place a feature exists; it returns the integer
-primitives and `vector.derive_columns` turns them into the served vector, as `derive` does
-online. Strings become integer codes here (one dictionary per column, sized by the distinct
-cards / merchants / countries, never by the log); txn_ids are handed over as Arrow buffers.
+windows, outliers counts), so the declaration stays the only place a feature exists; it
+returns the integer primitives and `vector.derive_columns` turns them into the served vector,
+as `derive` does online. Strings become integer codes here (one dictionary per column, sized
+by the distinct cards / merchants / countries, never by the log); txn_ids are handed over as
+Arrow buffers.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class Fold:
             distinct_fields=tuple(fields.index(f) for f, _ in LAYOUT.distinct),
             distinct_windows=tuple(w for _, w in LAYOUT.distinct),
             since_windows=LAYOUT.since,
+            outliers=LAYOUT.outliers,
             fields=len(fields),
             allowed_lateness_ms=allowed_lateness_ms,
         )

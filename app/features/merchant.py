@@ -22,6 +22,14 @@ n hours and delay D (7 days: the Fraud Detection Handbook's):
                                `counted` in that order (n + 1 when there is none)
     merchant_streak_age_<n>  = (hour(τ) − D) − hour(t) of the first label of that fraud run
                                (0 when the run is empty)
+    merchant_unexplained_<n> = |{ℓ ∈ counted : label = 1 and explained(ℓ) > min(hour(τ), hour(cut))}|
+
+where a fraud label ℓ of card c is *explained* from the first hour a fraud label ℓ′ of the same
+card with t − E ≤ t′ < t (E = 14 days, the declaration's EXPLAINED_BY) is known:
+`explained(ℓ) = min known(ℓ′)` over those ℓ′ (never when there is none, or ℓ names no card).
+A compromised card's frauds explain each other; a compromised merchant's frauds fall on cards
+with no fraud before them. A late ℓ′ explains ℓ only from the hour ℓ′ is known, so this too is a
+function of the label log and the effective cut hour.
 
 So the value depends only on (m, hour(τ), min(hour(τ), hour(cut))) and the label log: a
 replay, a redelivery or another worker gets the same bits whenever its cut has passed τ's hour
@@ -41,14 +49,14 @@ from typing import Final
 
 import numpy as np
 
-from app.features.declaration import HOUR_MS, MERCHANT_FEATURES, FeatureValue
+from app.features.declaration import EXPLAINED_BY, HOUR_MS, MERCHANT_FEATURES, FeatureValue
 from app.transactions.labels import LabelRecord
 
 #: (aggregate, window hours, delay hours) per merchant feature, in declaration order.
 _SPECS: Final = tuple((f.aggregate, f.window.ms // HOUR_MS, f.delay.ms // HOUR_MS)
                       for f in MERCHANT_FEATURES if f.delay is not None)
-#: The distinct (window, delay) pairs, each giving one (labelled, frauds, streak, since, age)
-#: tuple.
+#: The distinct (window, delay) pairs, each giving one (labelled, frauds, streak, since, age,
+#: unexplained) tuple.
 _WINDOWS: Final = tuple(dict.fromkeys((n, d) for _, n, d in _SPECS))
 #: The windows whose order-dependent aggregates (streak, hours since genuine) are declared.
 _SCANNED: Final = frozenset(_WINDOWS.index((n, d)) for agg, n, d in _SPECS
@@ -65,6 +73,11 @@ EMPTY: Final[tuple[FeatureValue, ...]] = tuple(
     for agg, n, _ in _SPECS)
 #: A cut that has passed every hour (offline: the whole label log is known).
 NO_CUT: Final = 2**62
+#: The hour of a fraud label that nothing explains.
+NEVER: Final = 2**62
+#: How far before a fraud label the card's other fraud labels explain it (ms, hours).
+EXPLAIN_MS: Final = EXPLAINED_BY.ms
+_EXPLAIN_HOURS: Final = EXPLAIN_MS // HOUR_MS
 #: Online, how far back labels are kept (hours): the widest window and delay, plus a month
 #: for transactions re-scored within the card state's horizon (redeliveries within 30 days).
 ONLINE_HORIZON_HOURS: Final = _REACH + 32 * 24
@@ -80,11 +93,13 @@ def known_hour(reported_at_ms: int) -> int:
     return reported_at_ms // HOUR_MS + 1
 
 
-def _vector(counts: Sequence[tuple[int, int, int, int, int]]) -> tuple[FeatureValue, ...]:
+def _vector(counts: Sequence[tuple[int, int, int, int, int, int]]) -> tuple[FeatureValue, ...]:
     out: list[FeatureValue] = []
     for w, agg in _PICK:
-        labelled, frauds, streak, since, age = counts[w]
-        if agg == "labelled":
+        labelled, frauds, streak, since, age, unexplained = counts[w]
+        if agg == "unexplained":
+            out.append(unexplained)
+        elif agg == "labelled":
             out.append(labelled)
         elif agg == "frauds":
             out.append(frauds)
@@ -99,10 +114,25 @@ def _vector(counts: Sequence[tuple[int, int, int, int, int]]) -> tuple[FeatureVa
     return tuple(out)
 
 
+class _Fraud:
+    """One fraud label, as the merchant's and the card's lists share it: `explained` is the
+    first hour its card explains it (NEVER while nothing does); later labels may lower it."""
+
+    __slots__ = ("key", "hour", "known", "explained", "merchant")
+
+    def __init__(self, key: tuple[int, str], known: int, explained: int, merchant: str) -> None:
+        self.key = key
+        self.hour = key[0] // HOUR_MS
+        self.known = known
+        self.explained = explained
+        self.merchant = merchant
+
+
 class _Labels:
     """One merchant's labels ordered by (transaction time, label_id), with prefix counts."""
 
-    __slots__ = ("order", "hours", "known", "fraud", "cum_n", "cum_f", "slow")
+    __slots__ = ("order", "hours", "known", "fraud", "cum_n", "cum_f", "slow", "frauds",
+                 "fraud_hours")
 
     def __init__(self) -> None:
         self.order: list[tuple[int, str]] = []  # (transaction ms, label_id)
@@ -112,9 +142,20 @@ class _Labels:
         self.cum_n: list[int] = [0]  # labels before index i
         self.cum_f: list[int] = [0]
         self.slow: list[tuple[int, int, int]] = []  # (txn hour, known hour, fraud), sorted
+        self.frauds: list[_Fraud] = []  # the fraud labels alone, in key order
+        self.fraud_hours: list[int] = []
 
-    def add(self, key: tuple[int, str], khour: int, fraud: int) -> None:
+    def add(self, key: tuple[int, str], khour: int, fraud: int,
+            entry: _Fraud | None = None) -> None:
         thour = key[0] // HOUR_MS
+        if entry is not None:
+            if not self.frauds or key > self.frauds[-1].key:
+                self.frauds.append(entry)
+                self.fraud_hours.append(thour)
+            else:
+                i = bisect_left([f.key for f in self.frauds], key)
+                self.frauds.insert(i, entry)
+                self.fraud_hours.insert(i, thour)
         if khour > thour + _PROMPT:
             insort(self.slow, (thour, khour, fraud))
         if not self.order or key > self.order[-1]:
@@ -149,8 +190,11 @@ class _Labels:
             self.cum_f = [0]
             self._rebuild(0)
             self.slow = [x for x in self.slow if x[0] >= hour]
+        i = bisect_left(self.fraud_hours, hour)
+        if i:
+            del self.frauds[:i], self.fraud_hours[:i]
 
-    def counts(self, hour: int, eff: int) -> list[tuple[int, int, int, int, int]]:
+    def counts(self, hour: int, eff: int) -> list[tuple[int, int, int, int, int, int]]:
         out = []
         for w, (n, delay) in enumerate(_WINDOWS):
             lo, hi = hour - delay - n, hour - delay
@@ -179,7 +223,13 @@ class _Labels:
                         break
                     streak += 1
                     age = hi - self.hours[k]
-            out.append((labelled, frauds, streak, since, age))
+            unexplained = 0
+            fh = self.fraud_hours
+            for k in range(bisect_left(fh, lo), bisect_left(fh, hi)):
+                x = self.frauds[k]
+                if x.known <= eff < x.explained:
+                    unexplained += 1
+            out.append((labelled, frauds, streak, since, age, unexplained))
         return out
 
 
@@ -192,11 +242,13 @@ class MerchantBook:
     newest hour asked about are let go (None: keep everything, as offline).
     """
 
-    __slots__ = ("_by_merchant", "_cache", "_seen", "_newest", "_evicted_day", "_horizon",
-                 "labels")
+    __slots__ = ("_by_merchant", "_by_card", "_cache", "_seen", "_newest", "_evicted_day",
+                 "_horizon", "labels")
 
     def __init__(self, *, horizon_hours: int | None = None) -> None:
         self._by_merchant: dict[str, _Labels] = {}
+        #: per card its fraud labels in key order (the explanations: module docstring)
+        self._by_card: dict[str, list[_Fraud]] = {}
         self._cache: dict[str, dict[tuple[int, int], tuple[FeatureValue, ...]]] = {}
         self._seen: dict[int, set[str]] = {}  # txn day → label ids (let go with the day)
         self._newest = -(2**62)
@@ -211,6 +263,12 @@ class MerchantBook:
             return False
         thour = hour_of(rec.txn_ts_ms)
         if self._horizon is not None and thour < self._newest - self._horizon:
+            if (rec.label == 1 and rec.card_id is not None
+                    and thour >= self._newest - self._horizon - _EXPLAIN_HOURS):
+                # too old to count, not to explain the card's frauds after it
+                self._explain(rec.card_id, _Fraud((rec.txn_ts_ms, rec.label_id),
+                                                  known_hour(rec.reported_at_ms), NEVER,
+                                                  rec.merchant_id))
             return False  # can no longer count for any transaction still to be scored
         seen = self._seen.setdefault(thour // 24, set())
         if rec.label_id in seen:
@@ -219,10 +277,35 @@ class MerchantBook:
         labels = self._by_merchant.get(rec.merchant_id)
         if labels is None:
             labels = self._by_merchant[rec.merchant_id] = _Labels()
-        labels.add((rec.txn_ts_ms, rec.label_id), known_hour(rec.reported_at_ms), rec.label)
+        key, khour = (rec.txn_ts_ms, rec.label_id), known_hour(rec.reported_at_ms)
+        entry = None
+        if rec.label == 1:
+            entry = _Fraud(key, khour, NEVER, rec.merchant_id)
+            if rec.card_id is not None:
+                self._explain(rec.card_id, entry)
+        labels.add(key, khour, rec.label, entry)
         self._cache.pop(rec.merchant_id, None)
         self.labels += 1
         return True
+
+    def _explain(self, card: str, entry: _Fraud) -> None:
+        """File a new fraud label under its card: the card's frauds of the EXPLAIN_MS before it
+        explain it, and it explains those of the EXPLAIN_MS after it from its known hour."""
+        frauds = self._by_card.get(card)
+        if frauds is None:
+            self._by_card[card] = [entry]
+            return
+        t = entry.key[0]
+        keys = [f.key for f in frauds]
+        lo = bisect_left(keys, (t - EXPLAIN_MS,))
+        at = bisect_left(keys, (t,))
+        for f in frauds[lo:at]:
+            entry.explained = min(entry.explained, f.known)
+        for f in frauds[bisect_left(keys, (t + 1,)):bisect_left(keys, (t + EXPLAIN_MS + 1,))]:
+            if entry.known < f.explained:
+                f.explained = entry.known
+                self._cache.pop(f.merchant, None)
+        frauds.insert(bisect_left(keys, entry.key), entry)
 
     def vector(self, merchant_id: str, ts_ms: int,
                cut_ms: int = NO_CUT) -> tuple[FeatureValue, ...]:
@@ -257,6 +340,14 @@ class MerchantBook:
             labels.drop_before(floor)
             if not labels.hours:
                 del self._by_merchant[m]
+        # a fraud label explains the card's labels of the EXPLAIN_MS after it: keep it that long
+        oldest = (floor - _EXPLAIN_HOURS) * HOUR_MS
+        for card in list(self._by_card):
+            frauds = self._by_card[card]
+            while frauds and frauds[0].key[0] < oldest:
+                del frauds[0]
+            if not frauds:
+                del self._by_card[card]
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,38 +381,49 @@ class MerchantTable:
     labelled: tuple[np.ndarray, ...]  # per window: prefix sums in key order
     frauds: tuple[np.ndarray, ...]
     sequence: _Sequence
+    unexplained_keys: tuple[np.ndarray, ...] = ()  # per window, as keys, for the unexplained
+    unexplained: tuple[np.ndarray, ...] = ()
 
     @classmethod
     def of(cls, records: Iterable[LabelRecord]) -> MerchantTable:
         codes: dict[str, int] = {}
         seen: set[str] = set()
         rows: list[tuple[int, int, str, int, int]] = []
+        cards: list[str | None] = []
         for rec in records:
             if rec.merchant_id is None or rec.txn_ts_ms is None or rec.label_id in seen:
                 continue
             seen.add(rec.label_id)
             rows.append((codes.setdefault(rec.merchant_id, len(codes)), rec.txn_ts_ms,
                          rec.label_id, rec.reported_at_ms // HOUR_MS + 1, rec.label))
-        rows.sort(key=lambda r: (r[0], r[1], r[2]))
+            cards.append(rec.card_id)
+        explained = _explained(rows, cards)
+        order = sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][1], rows[i][2]))
+        rows = [rows[i] for i in order]
         m = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         t = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows)) // HOUR_MS
         k = np.fromiter((r[3] for r in rows), dtype=np.int64, count=len(rows))
         y = np.fromiter((r[4] for r in rows), dtype=np.int64, count=len(rows))
-        keys, labelled, frauds = [], [], []
+        e = np.fromiter((explained[i] for i in order), dtype=np.int64, count=len(rows))
+        keys, labelled, frauds, ukeys, unexplained = [], [], [], [], []
         for n, delay in _WINDOWS:
             lo = np.maximum(t + delay + 1, k)
             hi = t + delay + n
             ok = lo <= hi
-            mm, lo, hi, yy = m[ok], lo[ok], hi[ok], y[ok]
-            ev_key = np.concatenate([_key(mm, lo), _key(mm, hi + 1)])
-            ones = np.ones(len(mm), dtype=np.int64)
-            ev_n = np.concatenate([ones, -ones])
-            ev_f = np.concatenate([yy, -yy])
-            order = np.argsort(ev_key, kind="stable")
-            keys.append(ev_key[order])
-            labelled.append(np.cumsum(ev_n[order]))
-            frauds.append(np.cumsum(ev_f[order]))
-        return cls(codes, tuple(keys), tuple(labelled), tuple(frauds), _sequence(m, t, k, y))
+            key, (cum_n, cum_f) = _pairs(m[ok], lo[ok], hi[ok],
+                                         np.ones(int(ok.sum()), dtype=np.int64), y[ok])
+            keys.append(key)
+            labelled.append(cum_n)
+            frauds.append(cum_f)
+            # a fraud label is unexplained from its known hour to the hour before its card
+            # explains it
+            hi = np.minimum(hi, e - 1)
+            ok = (lo <= hi) & (y == 1)
+            key, (cum_u,) = _pairs(m[ok], lo[ok], hi[ok], np.ones(int(ok.sum()), dtype=np.int64))
+            ukeys.append(key)
+            unexplained.append(cum_u)
+        return cls(codes, tuple(keys), tuple(labelled), tuple(frauds), _sequence(m, t, k, y),
+                   tuple(ukeys), tuple(unexplained))
 
     def columns(self, merchant_ids: Sequence[str], ts_ms: np.ndarray) -> list[np.ndarray]:
         """The merchant feature columns (MERCHANT_FEATURE_NAMES order) for n transactions."""
@@ -345,14 +447,22 @@ class MerchantTable:
                 safe = np.where(hit, idx, 0)
                 lab = np.where(hit, self.labelled[w][safe], 0)
                 fr = np.where(hit, self.frauds[w][safe], 0)
+            un = zero
+            ukeys = self.unexplained_keys[w] if self.unexplained_keys else keys[:0]
+            if len(ukeys):
+                idx = np.searchsorted(ukeys, qkey, side="right") - 1
+                hit = known & (idx >= 0)
+                un = np.where(hit, self.unexplained[w][np.where(hit, idx, 0)], 0)
             streak, since, age = zero, np.full(len(code), n + 1, dtype=np.int64), zero
             if w in _SCANNED:
                 streak, since, age = self._scan(code, hour, n, delay)
-            per_window.append((lab, fr, streak, since, age))
+            per_window.append((lab, fr, streak, since, age, un))
         out: list[np.ndarray] = []
         for w, agg in _PICK:
-            lab, fr, streak, since, age = per_window[w]
-            if agg == "labelled":
+            lab, fr, streak, since, age, un = per_window[w]
+            if agg == "unexplained":
+                out.append(un.astype(np.int64))
+            elif agg == "labelled":
                 out.append(lab.astype(np.int64))
             elif agg == "frauds":
                 out.append(fr.astype(np.int64))
@@ -401,6 +511,36 @@ class MerchantTable:
                 ag = int(hi_h[q] - seq.hours[x])
             streak[q], since[q], age[q] = st, sn, ag
         return streak.astype(np.int64), since.astype(np.int64), age.astype(np.int64)
+
+
+def _pairs(m: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+           *weights: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """Each row adds its weights to the hours [lo, hi] of its merchant: the sorted +/− event
+    keys and, per weight, the prefix sums in key order (a query is one searchsorted)."""
+    ev_key = np.concatenate([_key(m, lo), _key(m, hi + 1)])
+    order = np.argsort(ev_key, kind="stable")
+    return ev_key[order], tuple(np.cumsum(np.concatenate([w, -w])[order]) for w in weights)
+
+
+def _explained(rows: Sequence[tuple[int, int, str, int, int]],
+               cards: Sequence[str | None]) -> list[int]:
+    """Per row, the hour its card explains it from (module docstring), NEVER when nothing does
+    (and for genuine labels)."""
+    out = [NEVER] * len(rows)
+    by_card: dict[str, list[int]] = {}
+    for i, (row, card) in enumerate(zip(rows, cards, strict=True)):
+        if row[4] == 1 and card is not None:
+            by_card.setdefault(card, []).append(i)
+    for idx in by_card.values():
+        idx.sort(key=lambda i: (rows[i][1], rows[i][2]))
+        times = [rows[i][1] for i in idx]
+        for a, i in enumerate(idx):
+            t = times[a]
+            lo = bisect_left(times, t - EXPLAIN_MS)
+            at = bisect_left(times, t)
+            if at > lo:
+                out[i] = min(rows[j][3] for j in idx[lo:at])
+    return out
 
 
 def _sequence(m: np.ndarray, t: np.ndarray, k: np.ndarray, y: np.ndarray) -> _Sequence:

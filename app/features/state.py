@@ -12,15 +12,16 @@ events that counted for e only had ts > ts(e) − max W, and those below the cut
 (e at 24h counted an event at 1 ms; once max_ts passes 48h + L − 1 that event is evicted
 while e is still remembered). Keeping the buffer twice as long would fix that at double the
 size and an O(n) rescan per redelivery. Instead each buffered event carries its integer
-primitives (vector.LAYOUT: per window count/sum/max, the distinct counts, ms_since_prev;
-15 int64 here, 120 bytes). A redelivery looks them up by txn_id and re-derives the floats with
-the same pure `vector.derive`, so the vector is bit-for-bit the first one, whatever was
-accepted since. A txn_id is forgotten exactly when its event is evicted; such a redelivery
-is then late by the normal rule (ts < max_ts − max W − L < max_ts − L).
+primitives (vector.LAYOUT: per window count/sum/max, the distinct counts, ms_since_prev,
+the outliers counts; 23 int64 here, 184 bytes). A redelivery looks them up by txn_id and
+re-derives the floats with the same pure `vector.derive`, so the vector is bit-for-bit the
+first one, whatever was accepted since. A txn_id is forgotten exactly when its event is
+evicted; such a redelivery is then late by the normal rule (ts < max_ts − max W − L < max_ts − L).
 
 Cost: an in-order event (ts ≥ max_ts) is O(1) amortized: per window a running sum, a start
 pointer advanced as τ moves, a monotonic deque for the max, and per distinct feature a
-value → count map. An out-of-order event (within L) scans the buffer for its features
+value → count map; only an outliers count scans its window's events (its bar is the event's
+own reference mean). An out-of-order event (within L) scans the buffer for its features
 (C-speed slices and bisects), is inserted in ts order (O(n) memmove) and patches the running
 aggregates (O(deque)); a redelivery finds its event by a linear search. Evicted slots are
 compacted lazily (amortized O(1)).
@@ -65,8 +66,12 @@ _DISTINCT_BY_WINDOW: Final = tuple(
 _WINDOW_PLAN: Final = tuple((i, w, _DISTINCT_BY_WINDOW[i]) for i, w in enumerate(_WINDOWS))
 _DISTINCT_FIELDS: Final = tuple((j, fi) for j, (fi, _) in enumerate(_DISTINCT))
 _SINCE_WINDOWS: Final = tuple(_WINDOWS[wi] for wi in LAYOUT.since)
+#: (window index, count slot, sum slot of the reference window, num, den) per outliers count.
+_OUTLIERS: Final = tuple((wi, 3 * ri, 3 * ri + 1, num, den)
+                         for wi, ri, num, den in LAYOUT.outliers)
 _DBASE: Final = 3 * _NW
 _SBASE: Final = _DBASE + len(_DISTINCT)
+_OBASE: Final = _SBASE + len(LAYOUT.since)
 _LENGTHS: Final = struct.Struct(f"<{_NW}I{1 + len(_FIELDS)}I")
 #: Evicted head slots are dropped (with the strings they hold) once they are at least half the
 #: buffer and at least this many: a card holds at most about twice its live events. At 64, a
@@ -81,6 +86,11 @@ _getter = attrgetter(*_FIELDS)
 def _field_values(txn: Transaction) -> tuple[str, ...]:
     got = _getter(txn)
     return got if len(_FIELDS) > 1 else (got,)
+
+
+def _outliers(amounts: array, lo: int, hi: int, scale: int, bar: int) -> int:
+    """How many of amounts[lo:hi] have amount · scale > bar (exact: Python ints)."""
+    return sum(1 for x in amounts[lo:hi] if x * scale > bar)
 
 
 def _le(a: array) -> bytes:
@@ -206,6 +216,10 @@ class CardState:
         prev = self._max_ts
         for w in _SINCE_WINDOWS:
             prims.append(ts - prev if live and prev > ts - w else -1)
+        for wi, cslot, sslot, num, den in _OUTLIERS:
+            # the window's other events are positions start .. n − 1 (e is not appended yet)
+            prims.append(_outliers(amt_arr, starts[wi], n, den * prims[cslot],
+                                   num * prims[sslot]))
         ts_arr.append(ts)
         amt_arr.append(amt)
         self._prims.extend(prims)
@@ -235,6 +249,8 @@ class CardState:
             prims[_DBASE + j] = len(seen)
         for k, wi in enumerate(LAYOUT.since):
             prims[_SBASE + k] = ts - ts_arr[hi - 1] if hi > lows[wi] else -1
+        for k, (wi, cslot, sslot, num, den) in enumerate(_OUTLIERS, _OBASE):
+            prims[k] = _outliers(amt_arr, lows[wi], hi, den * prims[cslot], num * prims[sslot])
         ts_arr.insert(hi, ts)
         amt_arr.insert(hi, amt)
         self._prims[hi * _WIDTH:hi * _WIDTH] = array("q", prims)
@@ -373,6 +389,7 @@ if _state is not None:
         distinct_fields=tuple(fi for fi, _ in _DISTINCT),
         distinct_windows=tuple(w for _, w in _DISTINCT),
         since_windows=LAYOUT.since,
+        outliers=LAYOUT.outliers,
         fields=_FIELDS,
         signature=LAYOUT.signature,
         version=FORMAT_VERSION,

@@ -34,19 +34,21 @@ class Layout:
     """Which integer primitives are kept per scored event, derived from the declaration.
 
     Per window i (ascending length): count at 3i, sum at 3i+1, max at 3i+2; then one slot per
-    (field, window) distinct count, then one per since_prev window. Every declared feature is
-    a primitive or a pure function of primitives and the event's own amount.
+    (field, window) distinct count, then one per since_prev window, then one per outliers
+    count (window, reference window, factor num, factor den). Every declared feature is a
+    primitive or a pure function of primitives and the event's own amount.
     """
 
     windows: tuple[int, ...]
     distinct: tuple[tuple[str, int], ...]
     since: tuple[int, ...]
     signature: int
+    outliers: tuple[tuple[int, int, int, int], ...] = ()
 
     @property
     def width(self) -> int:
         """Integers per event."""
-        return 3 * len(self.windows) + len(self.distinct) + len(self.since)
+        return 3 * len(self.windows) + len(self.distinct) + len(self.since) + len(self.outliers)
 
     @property
     def distinct_fields(self) -> tuple[str, ...]:
@@ -56,14 +58,23 @@ class Layout:
 
 def build_layout(features: Sequence[Feature]) -> Layout:
     """The primitive layout for `features`."""
-    windows = tuple(sorted({f.window.ms for f in features}))
+    windows = tuple(sorted({f.window.ms for f in features}
+                           | {f.reference.ms for f in features if f.reference is not None}))
     index = {ms: i for i, ms in enumerate(windows)}
     distinct = tuple(dict.fromkeys(
         (f.source, index[f.window.ms]) for f in features if f.aggregate == "distinct"))
     since = tuple(dict.fromkeys(
         index[f.window.ms] for f in features if f.aggregate == "since_prev"))
-    text = repr((windows, distinct, since)).encode()
-    return Layout(windows, distinct, since, zlib.crc32(text))
+    outliers = tuple(dict.fromkeys(_outlier_key(f, index) for f in features
+                                   if f.aggregate == "outliers"))
+    # the signature text of a layout without outliers is what it was before they existed
+    text = repr((windows, distinct, since, *((outliers,) if outliers else ()))).encode()
+    return Layout(windows, distinct, since, zlib.crc32(text), outliers)
+
+
+def _outlier_key(f: Feature, index: dict[int, int]) -> tuple[int, int, int, int]:
+    assert f.factor is not None and f.reference is not None
+    return (index[f.window.ms], index[f.reference.ms], *f.factor)
 
 
 def _plan(features: Sequence[Feature], layout: Layout) -> tuple[tuple[int, ...], tuple[int, ...],
@@ -90,6 +101,9 @@ def _plan(features: Sequence[Feature], layout: Layout) -> tuple[tuple[int, ...],
             pick.append(layout.width + len(means) + ratios.index(means.index(3 * w)))
         elif f.aggregate == "distinct":
             pick.append(base + layout.distinct.index((f.source, w)))
+        elif f.aggregate == "outliers":
+            pick.append(base + len(layout.distinct) + len(layout.since)
+                        + layout.outliers.index(_outlier_key(f, index)))
         else:
             pick.append(base + len(layout.distinct) + layout.since.index(w))
     return means, ratios, tuple(pick)

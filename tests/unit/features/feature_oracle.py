@@ -36,9 +36,9 @@ class Oracle:
         """Every declared feature of `txn` over the events seen before it, plus itself."""
         tau = txn.ts_ms
         seen = [*self.accepted, txn]
-        windows = {
-            f.window.ms: [e for e in seen if tau - f.window.ms < e.ts_ms <= tau] for f in FEATURES
-        }
+        lengths = {f.window.ms for f in FEATURES} | {f.reference.ms for f in FEATURES
+                                                     if f.reference is not None}
+        windows = {w: [e for e in seen if tau - w < e.ts_ms <= tau] for w in lengths}
         out: list[int | float] = []
         for f in FEATURES:
             win = windows[f.window.ms]
@@ -58,6 +58,12 @@ class Oracle:
                 out.append(tau - max(others) if others else -1)
             elif f.aggregate == "ratio_to_mean":
                 out.append(txn.amount_minor / (sum(amounts) / len(amounts)))
+            elif f.aggregate == "outliers":
+                assert f.factor is not None and f.reference is not None
+                (num, den), ref = f.factor, [e.amount_minor for e in windows[f.reference.ms]]
+                others = [e.amount_minor for e in self.accepted
+                          if tau - f.window.ms < e.ts_ms <= tau]
+                out.append(sum(1 for a in others if den * a * len(ref) > num * sum(ref)))
             else:  # pragma: no cover
                 raise AssertionError(f"oracle does not know {f.aggregate}")
         return tuple(out)

@@ -27,9 +27,9 @@ def test_names_and_order_are_the_contract() -> None:
                 for agg in ("count", "sum", "max", "mean")]
     expected += ["distinct_merchants_1h", "distinct_countries_24h", "ms_since_prev",
                  "amount_to_mean_24h", "count_7d", "mean_7d", "count_30d", "mean_30d",
-                 "amount_to_mean_30d"]
+                 "amount_to_mean_30d", "outliers_30d", "outliers_7d"]
     merchant = [f"merchant_{agg}_{w}" for w in ("1d", "7d", "30d")
-                for agg in ("labelled", "frauds", "fraud_share")]
+                for agg in ("labelled", "frauds", "fraud_share", "unexplained")]
     merchant += ["merchant_fraud_streak_30d", "merchant_hours_since_genuine_30d",
                  "merchant_streak_age_30d"]
     assert list(CARD_FEATURE_NAMES) == expected
@@ -74,15 +74,16 @@ def test_markdown_lists_every_feature_in_model_order() -> None:
 
 
 def test_layout_and_derivation_follow_the_declaration() -> None:
-    assert LAYOUT.width == 21
+    assert LAYOUT.width == 23
     assert build_layout(CARD_FEATURES).signature == LAYOUT.signature
     assert build_layout(FEATURES[:4]).signature != LAYOUT.signature
-    # count, sum, max per window (1m, 5m, 1h, 24h, 7d, 30d); distinct merchants, countries;
-    # since_prev
-    prims = [2, 3, 2, 3, 9, 5, 4, 12, 6, 5, 16, 7, 6, 20, 7, 8, 24, 7, 1, 1, 0]
+    # count, sum, max per window (1m, 5m, 1h, 24h, 7d, 30d); distinct merchants,
+    # countries; since_prev; outliers 30d, 7d
+    prims = [2, 3, 2, 3, 9, 5, 4, 12, 6, 5, 16, 7, 6, 20, 7, 8, 24, 7, 1, 1, 0, 4, 3]
     values = dict(zip(CARD_FEATURE_NAMES, derive(prims, 2), strict=True))
     assert values["mean_7d"] == 20 / 6 and values["amount_to_mean_30d"] == 2 / (24 / 8)
     assert values["mean_1m"] == 1.5 and values["mean_24h"] == 16 / 5
     assert values["amount_to_mean_24h"] == 2 / (16 / 5)
     assert (values["distinct_merchants_1h"], values["ms_since_prev"]) == (1, 0)
+    assert (values["outliers_30d"], values["outliers_7d"]) == (4, 3)
     assert type(values["count_24h"]) is int and type(values["mean_5m"]) is float

@@ -8,7 +8,14 @@ import struct
 import numpy as np
 
 from app.features.declaration import HOUR_MS, MERCHANT_FEATURE_NAMES
-from app.features.merchant import EMPTY, NO_CUT, MerchantBook, MerchantTable
+from app.features.merchant import (
+    EMPTY,
+    EXPLAIN_MS,
+    NEVER,
+    NO_CUT,
+    MerchantBook,
+    MerchantTable,
+)
 from app.transactions.labels import LabelRecord
 
 DAY_MS = 24 * HOUR_MS
@@ -16,9 +23,9 @@ BASE = 17_800 * DAY_MS  # a day boundary (2018-09-25)
 
 
 def lab(i: int, merchant: str | None, txn_day: float, reported_day: float, label: int,
-        ts: bool = True) -> LabelRecord:
+        ts: bool = True, card: str | None = "c1") -> LabelRecord:
     txn_ts = BASE + int(txn_day * DAY_MS)
-    return LabelRecord(f"l{i}", f"t{i}", "c1", label, BASE + int(reported_day * DAY_MS),
+    return LabelRecord(f"l{i}", f"t{i}", card, label, BASE + int(reported_day * DAY_MS),
                        "test", merchant_id=merchant, txn_ts_ms=txn_ts if ts else None)
 
 
@@ -79,7 +86,8 @@ def _random_labels(rng: random.Random, count: tuple[int, int], *, days: float,
     for i in range(rng.randint(*count)):
         txn_day = rng.uniform(0, days)
         labels.append(lab(i, f"m{rng.randint(0, merchants)}", txn_day,
-                          txn_day + rng.choice(delays), int(rng.random() < fraud)))
+                          txn_day + rng.choice(delays), int(rng.random() < fraud),
+                          card=rng.choice(["c0", "c1", "c2", "c3", None])))
     labels += rng.sample(labels, min(resent, len(labels)))
     return labels
 
@@ -144,6 +152,12 @@ def brute_force(labels: list[LabelRecord], merchant: str, ts: int,
             seen.add(x.label_id)
             mine.append(x)
     eff = min(hour, cut // HOUR_MS)
+
+    def explained(x: LabelRecord) -> int:
+        return min((y.reported_at_ms // HOUR_MS + 1 for y in mine
+                    if y.label == 1 and x.card_id is not None and y.card_id == x.card_id
+                    and x.txn_ts_ms - EXPLAIN_MS <= y.txn_ts_ms < x.txn_ts_ms), default=NEVER)
+
     out: list[int | float] = []
     for f in MERCHANT_FEATURES:
         n, d = f.window.ms // HOUR_MS, f.delay.ms // HOUR_MS
@@ -159,9 +173,11 @@ def brute_force(labels: list[LabelRecord], merchant: str, ts: int,
                 break
             streak += 1
             age = hour - d - x.txn_ts_ms // HOUR_MS
+        unexplained = sum(1 for x in counted if x.label == 1 and explained(x) > eff)
         out.append({"labelled": len(counted), "frauds": frauds, "fraud_streak": streak,
                     "fraud_share": frauds / len(counted) if counted else 0.0,
-                    "hours_since_genuine": since, "streak_age": age}[f.aggregate])
+                    "hours_since_genuine": since, "streak_age": age,
+                    "unexplained": unexplained}[f.aggregate])
     return tuple(out)
 
 
@@ -197,3 +213,34 @@ def test_a_compromised_merchant_shows_as_a_streak() -> None:
     assert v["merchant_hours_since_genuine_30d"] == 6 * 24 - 66  # last genuine: hour 66
     assert v["merchant_streak_age_30d"] == 6 * 24 - 72  # first fraud of the run: hour 72
     assert named(EMPTY)["merchant_hours_since_genuine_30d"] == 30 * 24 + 1
+
+
+def test_a_fraud_is_unexplained_until_its_card_explains_it() -> None:
+    """The card's fraud of the 14 days before explains a merchant's fraud from the hour that
+    fraud's label is known, in both evaluators, to the hour; the book's cache follows."""
+    a = lab(1, "m1", 1.0, 8.0, 1, card="c9")     # known from hour 193
+    b = lab(2, "m2", 3.0, 10.0, 1, card="c9")    # explained by a before it is known
+    c = lab(3, "m3", 20.0, 27.0, 1, card="c8")   # known from hour 649
+    d = lab(4, "m4", 19.0, 40.0, 1, card="c8")   # explains c from hour 961 only
+    e = lab(5, "m3", 2.0, 9.0, 1, card="c8")     # 18 days before c: explains nothing
+    f = lab(6, "m3", 20.5, 27.5, 1, card=None)   # no card: nothing explains it
+    g = lab(7, "m5", 20.0, 27.0, 1, card="c8")   # c's very ms: they do not explain each other
+
+    def unexplained(book: MerchantBook, m: str, hour: int) -> int:
+        return named(book.vector(m, BASE + hour * HOUR_MS))["merchant_unexplained_30d"]
+
+    book = MerchantBook()
+    for x in (a, b, e, c, f, g):
+        book.add(x)
+    assert unexplained(book, "m1", 300) == 1 and unexplained(book, "m2", 300) == 0
+    assert unexplained(book, "m3", 961) == 2  # c and f; e is out of the window (hour 48)
+    book.add(d)  # reported at hour 960: it reaches the book after hour 961 was asked for
+    assert unexplained(book, "m3", 960) == 2 and unexplained(book, "m3", 961) == 1
+    assert [unexplained(book, "m5", h) for h in (960, 961)] == [1, 0]
+    table = MerchantTable.of([a, b, c, d, e, f, g])
+    hours = [300, 300, 648, 649, 960, 961, 962]
+    merchants = ["m1", "m2", "m3", "m3", "m3", "m3", "m3"]
+    cols = table.columns(merchants, np.array([BASE + h * HOUR_MS for h in hours]))
+    got = cols[MERCHANT_FEATURE_NAMES.index("merchant_unexplained_30d")].tolist()
+    assert got == [1, 0, 1, 2, 2, 1, 1]
+    assert got == [unexplained(book, m, h) for m, h in zip(merchants, hours, strict=True)]

@@ -69,7 +69,7 @@ def test_frame_from_two_readings() -> None:
     assert [(p.partition, p.lag_messages) for p in frame.partitions] == [(0, 50), (1, 70)]
     assert frame.lag_messages == 120
     assert frame.effects == 21 and frame.replays_absorbed == 3
-    assert frame.models == [("lgbm-22b992ee7fb2", "CPUExecutionProvider")]
+    assert frame.models == [("lgbm-7a5e0e98b6f9", "CPUExecutionProvider")]
     assert frame.dlq == 30 and frame.scored == 600
     assert not frame.hops_recent  # histograms did not move between the readings
     assert {h.hop for h in frame.hops} == set(HOPS)
@@ -82,7 +82,7 @@ def test_screen_shows_every_part() -> None:
     console = Console(width=160, record=True, color_system=None)
     console.print(render(build_frame(now, before, group="g"), title="t"))
     text = console.export_text()
-    assert "lgbm-22b992ee7fb2 on CPUExecutionProvider" in text
+    assert "lgbm-7a5e0e98b6f9 on CPUExecutionProvider" in text
     assert "4 more partitions not shown" in text  # 20 partitions, 16 rows
     for hop in HOPS:
         assert hop in text
