@@ -118,11 +118,10 @@ class _Fraud:
     """One fraud label, as the merchant's and the card's lists share it: `explained` is the
     first hour its card explains it (NEVER while nothing does); later labels may lower it."""
 
-    __slots__ = ("key", "hour", "known", "explained", "merchant")
+    __slots__ = ("key", "known", "explained", "merchant")
 
     def __init__(self, key: tuple[int, str], known: int, explained: int, merchant: str) -> None:
         self.key = key
-        self.hour = key[0] // HOUR_MS
         self.known = known
         self.explained = explained
         self.merchant = merchant
@@ -132,7 +131,7 @@ class _Labels:
     """One merchant's labels ordered by (transaction time, label_id), with prefix counts."""
 
     __slots__ = ("order", "hours", "known", "fraud", "cum_n", "cum_f", "slow", "frauds",
-                 "fraud_hours")
+                 "fraud_keys")
 
     def __init__(self) -> None:
         self.order: list[tuple[int, str]] = []  # (transaction ms, label_id)
@@ -143,19 +142,15 @@ class _Labels:
         self.cum_f: list[int] = [0]
         self.slow: list[tuple[int, int, int]] = []  # (txn hour, known hour, fraud), sorted
         self.frauds: list[_Fraud] = []  # the fraud labels alone, in key order
-        self.fraud_hours: list[int] = []
+        self.fraud_keys: list[tuple[int, str]] = []  # their keys (bisected by hour · HOUR_MS)
 
     def add(self, key: tuple[int, str], khour: int, fraud: int,
             entry: _Fraud | None = None) -> None:
         thour = key[0] // HOUR_MS
         if entry is not None:
-            if not self.frauds or key > self.frauds[-1].key:
-                self.frauds.append(entry)
-                self.fraud_hours.append(thour)
-            else:
-                i = bisect_left([f.key for f in self.frauds], key)
-                self.frauds.insert(i, entry)
-                self.fraud_hours.insert(i, thour)
+            i = bisect_left(self.fraud_keys, key)
+            self.frauds.insert(i, entry)
+            self.fraud_keys.insert(i, key)
         if khour > thour + _PROMPT:
             insort(self.slow, (thour, khour, fraud))
         if not self.order or key > self.order[-1]:
@@ -190,9 +185,9 @@ class _Labels:
             self.cum_f = [0]
             self._rebuild(0)
             self.slow = [x for x in self.slow if x[0] >= hour]
-        i = bisect_left(self.fraud_hours, hour)
+        i = bisect_left(self.fraud_keys, (hour * HOUR_MS,))
         if i:
-            del self.frauds[:i], self.fraud_hours[:i]
+            del self.frauds[:i], self.fraud_keys[:i]
 
     def counts(self, hour: int, eff: int) -> list[tuple[int, int, int, int, int, int]]:
         out = []
@@ -224,8 +219,8 @@ class _Labels:
                     streak += 1
                     age = hi - self.hours[k]
             unexplained = 0
-            fh = self.fraud_hours
-            for k in range(bisect_left(fh, lo), bisect_left(fh, hi)):
+            fk = self.fraud_keys
+            for k in range(bisect_left(fk, (lo * HOUR_MS,)), bisect_left(fk, (hi * HOUR_MS,))):
                 x = self.frauds[k]
                 if x.known <= eff < x.explained:
                     unexplained += 1
@@ -381,8 +376,8 @@ class MerchantTable:
     labelled: tuple[np.ndarray, ...]  # per window: prefix sums in key order
     frauds: tuple[np.ndarray, ...]
     sequence: _Sequence
-    unexplained_keys: tuple[np.ndarray, ...] = ()  # per window, as keys, for the unexplained
-    unexplained: tuple[np.ndarray, ...] = ()
+    unexplained_keys: tuple[np.ndarray, ...]  # per window, as keys, for the unexplained
+    unexplained: tuple[np.ndarray, ...]
 
     @classmethod
     def of(cls, records: Iterable[LabelRecord]) -> MerchantTable:
@@ -448,7 +443,7 @@ class MerchantTable:
                 lab = np.where(hit, self.labelled[w][safe], 0)
                 fr = np.where(hit, self.frauds[w][safe], 0)
             un = zero
-            ukeys = self.unexplained_keys[w] if self.unexplained_keys else keys[:0]
+            ukeys = self.unexplained_keys[w]
             if len(ukeys):
                 idx = np.searchsorted(ukeys, qkey, side="right") - 1
                 hit = known & (idx >= 0)

@@ -43,7 +43,7 @@ class Layout:
     distinct: tuple[tuple[str, int], ...]
     since: tuple[int, ...]
     signature: int
-    outliers: tuple[tuple[int, int, int, int], ...] = ()
+    outliers: tuple[tuple[int, int, int, int], ...]
 
     @property
     def width(self) -> int:
