@@ -8,6 +8,13 @@
  * The object holds only str and int references (no cycles), so the collector never tracks it.
  * Remembered txn_ids are the buffered ones, found by a scan of their cached hashes.
  *
+ * The strings section of to_bytes is also kept ready, one text per column (the buffered
+ * events' txn_ids, each field's values: UTF-8, each one NUL-terminated), extended by every
+ * in-order event and cut at the head by eviction: a snapshot then copies contiguous bytes
+ * instead of visiting one str object per event and column (those visits, mostly cache misses
+ * on a card's older events, were half a snapshot's cost). An out-of-order insert marks the
+ * texts stale; the next to_bytes rebuilds them from the objects, as it always did before.
+ *
  * The layout (windows, distinct features, since_prev windows, outliers counts, the
  * signature), the outcome classes and `vector.derive` are handed over once by `configure`
  * (app/features/state.py), so the declaration stays the only place a feature exists and
@@ -36,6 +43,7 @@
 
 typedef struct { int64_t ts, amt; } Pair;
 typedef struct { Pair *buf; Py_ssize_t head, len, cap; } Deque; /* cap: 0 or a power of two */
+typedef struct { char *buf; Py_ssize_t off, len, cap; } Text; /* bytes buf[off .. off + len) */
 
 static struct {
     int ready;
@@ -64,6 +72,10 @@ typedef struct {
     int64_t sum[MAXW];
     Deque q[MAXW];
     PyObject *counts[MAXD];
+    /* text[0]: the txn_ids of events head .. n - 1, text[1 + f]: field f's values, each
+     * NUL-terminated; valid while text_ok (see the top of the file) */
+    Text text[1 + MAXF];
+    int text_ok;
 } State;
 
 static PyTypeObject StateType;
@@ -86,6 +98,70 @@ static int dq_push(Deque *d, int64_t ts, int64_t amt) {
 
 static inline Pair *dq_at(Deque *d, Py_ssize_t k) { return &d->buf[(d->head + k) & (d->cap - 1)]; }
 static inline void dq_popleft(Deque *d) { d->head = (d->head + 1) & (d->cap - 1); d->len--; }
+
+/* --- the strings section's texts -------------------------------------------------------- */
+
+/* Append `len` bytes and a NUL. */
+static int text_put(Text *t, const char *u, Py_ssize_t len) {
+    Py_ssize_t need = t->len + len + 1;
+    if (t->off + need > t->cap) {
+        if (t->off) { memmove(t->buf, t->buf + t->off, t->len); t->off = 0; }
+        if (need > t->cap) {
+            Py_ssize_t cap = t->cap ? t->cap : 64;
+            while (cap < need) cap *= 2;
+            char *buf = PyMem_Realloc(t->buf, cap);
+            if (!buf) { PyErr_NoMemory(); return -1; }
+            t->buf = buf; t->cap = cap;
+        }
+    }
+    memcpy(t->buf + t->off + t->len, u, len);
+    t->buf[t->off + t->len + len] = 0;
+    t->len += len + 1;
+    return 0;
+}
+
+/* Drop the first k strings. */
+static void text_drop(Text *t, Py_ssize_t k) {
+    const char *p = t->buf + t->off, *end = p + t->len;
+    for (; k > 0 && p < end; k--) p = (const char *)memchr(p, 0, end - p) + 1;
+    t->len = end - p;
+    t->off = t->len ? p - t->buf : 0;
+}
+
+static int text_put_str(Text *t, PyObject *str) {
+    Py_ssize_t len;
+    const char *u = PyUnicode_AsUTF8AndSize(str, &len);
+    return u ? text_put(t, u, len) : -1;
+}
+
+/* The column's str objects of events head .. n - 1 (col 0: txn_ids, 1 + f: field f). */
+static PyObject **column(State *s, int col, Py_ssize_t *stride) {
+    *stride = col ? L.nf : 1;
+    return col ? s->vals + (col - 1) : s->txn;
+}
+
+/* The texts from the str objects (after an out-of-order insert, or a failed append). */
+static int text_rebuild(State *s) {
+    for (int c = 0; c < 1 + L.nf; c++) {
+        Text *t = &s->text[c];
+        Py_ssize_t stride;
+        PyObject **strs = column(s, c, &stride);
+        t->off = t->len = 0;
+        for (Py_ssize_t k = s->head; k < s->n; k++)
+            if (text_put_str(t, strs[k * stride]) < 0) return -1;
+    }
+    s->text_ok = 1;
+    return 0;
+}
+
+/* A new last event's strings onto the texts; on any failure the texts go stale instead (the
+ * next to_bytes rebuilds them, or raises what it always raised). */
+static void text_append(State *s, PyObject *tid, PyObject **vals) {
+    if (!s->text_ok) return;
+    int bad = text_put_str(&s->text[0], tid) < 0;
+    for (int f = 0; !bad && f < L.nf; f++) bad = text_put_str(&s->text[1 + f], vals[f]) < 0;
+    if (bad) { PyErr_Clear(); s->text_ok = 0; }
+}
 
 /* --- helpers ---------------------------------------------------------------------------- */
 
@@ -147,6 +223,15 @@ static void compact(State *s) {
     if ((p = PyMem_Realloc(s->vals, cap * L.nf * sizeof(PyObject *)))) s->vals = p;
     if ((p = PyMem_Realloc(s->hash, cap * sizeof(Py_hash_t)))) s->hash = p;
     s->cap = cap;
+    for (int c = 0; c < 1 + L.nf; c++) {
+        Text *t = &s->text[c];
+        if (t->cap <= 256 || 4 * t->len > t->cap) continue;
+        memmove(t->buf, t->buf + t->off, t->len);
+        t->off = 0;
+        Py_ssize_t tcap = 64;
+        while (tcap < 2 * t->len) tcap *= 2;
+        if ((p = PyMem_Realloc(t->buf, tcap))) { t->buf = p; t->cap = tcap; }
+    }
     /* a dict never shrinks on deletes: copies sized for the values still counted */
     for (int j = 0; j < L.nd; j++) {
         PyObject *d = PyDict_Copy(s->counts[j]);
@@ -158,6 +243,8 @@ static void compact(State *s) {
 static void evict(State *s, int64_t cutoff) {
     Py_ssize_t h = s->head;
     while (h < s->n && s->ts[h] < cutoff) h++;
+    if (s->text_ok && h > s->head)
+        for (int c = 0; c < 1 + L.nf; c++) text_drop(&s->text[c], h - s->head);
     s->head = h;
     if (h >= L.compact_min && 2 * h >= s->n) compact(s);
 }
@@ -335,6 +422,7 @@ static int append(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
         prims[3 * L.nw + L.nd + k] = (live && prev > ts - L.sw[k]) ? ts - prev : -1;
     outliers(s, s->start, n, prims); /* the window's other events: start[i] .. n - 1 */
     put(s, n, tid, h, ts, amt, prims, vals);
+    text_append(s, tid, vals);
     s->max_ts = ts;
     return 0;
 }
@@ -424,6 +512,7 @@ static int insert(State *s, PyObject *tid, Py_hash_t h, int64_t ts, int64_t amt,
     memmove(s->hash + hi + 1, s->hash + hi, tail * sizeof(Py_hash_t));
     memmove(s->vals + (hi + 1) * L.nf, s->vals + hi * L.nf, tail * L.nf * sizeof(PyObject *));
     put(s, hi, tid, h, ts, amt, prims, vals);
+    s->text_ok = 0; /* rebuilt by the next to_bytes */
     return fold_in_past(s, ts, amt, vals);
 }
 
@@ -440,6 +529,7 @@ static PyObject *state_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     }
     State *s = (State *)type->tp_alloc(type, 0);
     if (!s) return NULL;
+    s->text_ok = 1; /* no events: empty texts */
     for (int j = 0; j < L.nd; j++) {
         if (!(s->counts[j] = PyDict_New())) { Py_DECREF(s); return NULL; }
     }
@@ -452,6 +542,7 @@ static void state_dealloc(State *s) {
     PyMem_Free(s->ts); PyMem_Free(s->amt); PyMem_Free(s->prims);
     PyMem_Free(s->txn); PyMem_Free(s->vals); PyMem_Free(s->hash);
     for (int i = 0; i < L.nw; i++) PyMem_Free(s->q[i].buf);
+    for (int c = 0; c < 1 + MAXF; c++) PyMem_Free(s->text[c].buf);
     for (int j = 0; j < L.nd; j++) Py_XDECREF(s->counts[j]);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -562,34 +653,78 @@ static PyObject *state_recall(State *s, PyObject *tid) {
     return first_features(s, pos);
 }
 
-/* The joined UTF-8 of `count` strings (stride apart) with NUL between, into dst (or sized). */
-static Py_ssize_t joined(PyObject **strs, Py_ssize_t count, Py_ssize_t stride, char *dst) {
-    Py_ssize_t total = 0;
-    for (Py_ssize_t k = 0; k < count; k++) {
-        Py_ssize_t len;
-        const char *u = PyUnicode_AsUTF8AndSize(strs[k * stride], &len);
-        if (!u) return -1;
-        if (k) { if (dst) dst[total] = 0; total++; }
-        if (dst) memcpy(dst + total, u, len);
-        total += len;
-    }
-    return total;
-}
-
 static inline char *put_u32(char *p, uint32_t v) { memcpy(p, &v, 4); return p + 4; }
 
-static PyObject *state_to_bytes(State *s, PyObject *unused) {
+/* Format 2's primitive columns: column c of events `from` .. `from + n - 1` in the narrowest
+ * signed width (1, 2, 4 or 8 bytes) that holds all its values (1 when there are none). */
+static void prim_widths(const State *s, Py_ssize_t from, Py_ssize_t n, unsigned char *widths) {
+    for (int c = 0; c < L.width; c++) {
+        int64_t lo = 0, hi = 0;
+        const int64_t *v = s->prims + from * L.width + c;
+        if (n) lo = hi = v[0];
+        for (Py_ssize_t k = 1; k < n; k++) {
+            int64_t x = v[k * L.width];
+            if (x < lo) lo = x;
+            if (x > hi) hi = x;
+        }
+        widths[c] = (lo >= INT8_MIN && hi <= INT8_MAX) ? 1 : (lo >= INT16_MIN && hi <= INT16_MAX) ? 2
+                  : (lo >= INT32_MIN && hi <= INT32_MAX) ? 4 : 8;
+    }
+}
+
+static char *put_columns(char *p, const State *s, Py_ssize_t from, Py_ssize_t n,
+                         const unsigned char *widths) {
+    for (int c = 0; c < L.width; c++) {
+        const int64_t *v = s->prims + from * L.width + c;
+        switch (widths[c]) {
+        case 1: for (Py_ssize_t k = 0; k < n; k++) { int8_t x = (int8_t)v[k * L.width]; memcpy(p, &x, 1); p += 1; } break;
+        case 2: for (Py_ssize_t k = 0; k < n; k++) { int16_t x = (int16_t)v[k * L.width]; memcpy(p, &x, 2); p += 2; } break;
+        case 4: for (Py_ssize_t k = 0; k < n; k++) { int32_t x = (int32_t)v[k * L.width]; memcpy(p, &x, 4); p += 4; } break;
+        default: for (Py_ssize_t k = 0; k < n; k++) { memcpy(p, &v[k * L.width], 8); p += 8; } break;
+        }
+    }
+    return p;
+}
+
+/* The inverse of put_columns, into s->prims[0 .. n * width). */
+static const char *get_columns(const char *p, State *s, Py_ssize_t n, const unsigned char *widths) {
+    for (int c = 0; c < L.width; c++) {
+        int64_t *v = s->prims + c;
+        switch (widths[c]) {
+        case 1: for (Py_ssize_t k = 0; k < n; k++) { int8_t x; memcpy(&x, p, 1); p += 1; v[k * L.width] = x; } break;
+        case 2: for (Py_ssize_t k = 0; k < n; k++) { int16_t x; memcpy(&x, p, 2); p += 2; v[k * L.width] = x; } break;
+        case 4: for (Py_ssize_t k = 0; k < n; k++) { int32_t x; memcpy(&x, p, 4); p += 4; v[k * L.width] = x; } break;
+        default: for (Py_ssize_t k = 0; k < n; k++) { memcpy(&v[k * L.width], p, 8); p += 8; } break;
+        }
+    }
+    return p;
+}
+
+/* to_bytes(prefix=b""): the state's bytes, after `prefix` when one is given (the card record's
+ * position: one allocation and one copy for the whole record). */
+static PyObject *state_to_bytes(State *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "to_bytes(prefix=b'') takes at most one argument");
+        return NULL;
+    }
+    const char *pre = NULL;
+    Py_ssize_t plen = 0;
+    if (nargs && PyBytes_AsStringAndSize(args[0], (char **)&pre, &plen) < 0) return NULL;
     Py_ssize_t h = s->head, n = s->n - h, pairs = 0;
     Py_ssize_t slen[1 + MAXF];
-    if ((slen[0] = joined(s->txn + h, n, 1, NULL)) < 0) return NULL;
-    for (int f = 0; f < L.nf; f++)
-        if ((slen[1 + f] = joined(s->vals + h * L.nf + f, n, L.nf, NULL)) < 0) return NULL;
+    if (!s->text_ok && text_rebuild(s) < 0) return NULL;
+    for (int c = 0; c < 1 + L.nf; c++) slen[c] = n ? s->text[c].len - 1 : 0; /* no last NUL */
     for (int i = 0; i < L.nw; i++) pairs += s->q[i].len;
-    Py_ssize_t size = HEADER + 4 * (L.nw + 1 + L.nf) + 8 * n * (2 + L.width) + 16 * pairs;
+    unsigned char widths[MAXWIDTH];
+    prim_widths(s, h, n, widths);
+    Py_ssize_t row = 0;
+    for (int c = 0; c < L.width; c++) row += widths[c];
+    Py_ssize_t size = HEADER + 4 * (L.nw + 1 + L.nf) + L.width + n * (16 + row) + 16 * pairs;
     for (int f = 0; f < 1 + L.nf; f++) size += slen[f];
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, plen + size);
     if (!out) return NULL;
     char *p = PyBytes_AS_STRING(out);
+    if (plen) { memcpy(p, pre, plen); p += plen; }
     int64_t max_ts = n ? s->max_ts : 0;
     *p++ = (char)L.version;
     p = put_u32(p, L.signature);
@@ -597,14 +732,17 @@ static PyObject *state_to_bytes(State *s, PyObject *unused) {
     p = put_u32(p, (uint32_t)n);
     for (int i = 0; i < L.nw; i++) p = put_u32(p, (uint32_t)s->q[i].len);
     for (int f = 0; f < 1 + L.nf; f++) p = put_u32(p, (uint32_t)slen[f]);
+    memcpy(p, widths, L.width); p += L.width;
     memcpy(p, s->ts + h, 8 * n); p += 8 * n;
     memcpy(p, s->amt + h, 8 * n); p += 8 * n;
-    memcpy(p, s->prims + h * L.width, 8 * n * L.width); p += 8 * n * L.width;
+    p = put_columns(p, s, h, n, widths);
     for (int i = 0; i < L.nw; i++) {
         for (Py_ssize_t k = 0; k < s->q[i].len; k++) { memcpy(p, dq_at(&s->q[i], k), 16); p += 16; }
     }
-    p += joined(s->txn + h, n, 1, p);
-    for (int f = 0; f < L.nf; f++) p += joined(s->vals + h * L.nf + f, n, L.nf, p);
+    for (int c = 0; c < 1 + L.nf; c++) {
+        if (slen[c]) memcpy(p, s->text[c].buf + s->text[c].off, slen[c]);
+        p += slen[c];
+    }
     return out;
 }
 
@@ -642,9 +780,9 @@ static PyObject *state_from_bytes(PyObject *cls, PyObject *arg) {
     memcpy(&signature, data + 1, 4);
     memcpy(&max_ts, data + 5, 8);
     memcpy(&n32, data + 13, 4);
-    if ((unsigned char)data[0] != L.version) {
-        PyErr_Format(PyExc_ValueError, "card state: format %d is not %d",
-                     (unsigned char)data[0], L.version);
+    int version = (unsigned char)data[0];
+    if (version != L.version && version != 1) { /* 1: primitives all int64, event-major */
+        PyErr_Format(PyExc_ValueError, "card state: format %d is not %d", version, L.version);
         goto fail;
     }
     if (signature != L.signature) {
@@ -653,7 +791,26 @@ static PyObject *state_from_bytes(PyObject *cls, PyObject *arg) {
         goto fail;
     }
     memcpy(lens, data + HEADER, 4 * (L.nw + 1 + L.nf));
-    int64_t n = n32, want = fixed + 8 * n * (2 + L.width);
+    unsigned char widths[MAXWIDTH];
+    int64_t row = 0;
+    if (version == 1) {
+        memset(widths, 8, sizeof widths);
+    } else {
+        if (size < fixed + L.width) {
+            PyErr_SetString(PyExc_ValueError, "card state: lengths do not add up (truncated or corrupt)");
+            goto fail;
+        }
+        memcpy(widths, data + fixed, L.width);
+        fixed += L.width;
+    }
+    for (int c = 0; c < L.width; c++) {
+        if (widths[c] != 1 && widths[c] != 2 && widths[c] != 4 && widths[c] != 8) {
+            PyErr_SetString(PyExc_ValueError, "card state: primitive widths are not 1, 2, 4 or 8 bytes");
+            goto fail;
+        }
+        row += widths[c];
+    }
+    int64_t n = n32, want = fixed + n * (16 + row);
     for (int k = 0; k < L.nw; k++) want += 16 * (int64_t)lens[k];
     for (int k = 0; k < 1 + L.nf; k++) want += lens[L.nw + k];
     if (want != size) {
@@ -665,7 +822,8 @@ static PyObject *state_from_bytes(PyObject *cls, PyObject *arg) {
     const char *p = data + fixed;
     memcpy(s->ts, p, 8 * n); p += 8 * n;
     memcpy(s->amt, p, 8 * n); p += 8 * n;
-    memcpy(s->prims, p, 8 * n * L.width); p += 8 * n * L.width;
+    if (version == 1) { memcpy(s->prims, p, 8 * n * L.width); p += 8 * n * L.width; }
+    else p = get_columns(p, s, n, widths);
     for (int i = 0; i < L.nw; i++) {
         for (uint32_t k = 0; k < lens[i]; k++) {
             Pair pr;
@@ -704,6 +862,15 @@ static PyObject *state_from_bytes(PyObject *cls, PyObject *arg) {
         if ((s->hash[k] = PyObject_Hash(s->txn[k])) == -1) { s->n = n; goto fail; }
     }
     s->n = n;
+    if (n) { /* the texts are the section as read, each string NUL-terminated */
+        const char *q = data + fixed + n * (16 + row);
+        for (int i = 0; i < L.nw; i++) q += 16 * (Py_ssize_t)lens[i];
+        for (int c = 0; c < 1 + L.nf; c++) {
+            Py_ssize_t len = lens[L.nw + c];
+            if (text_put(&s->text[c], q, len) < 0) { PyErr_Clear(); s->text_ok = 0; break; }
+            q += len;
+        }
+    }
     s->max_ts = max_ts;
     for (int i = 0; i < L.nw; i++) {
         Py_ssize_t st = s->start[i] = bisect_right(s->ts, max_ts - L.w[i], 0, n);
@@ -732,6 +899,7 @@ static PyObject *state_sizeof(State *s, PyObject *unused) {
     Py_ssize_t size = sizeof(State) + s->cap * (8 * (2 + L.width) + sizeof(PyObject *) * (1 + L.nf)
                                                + sizeof(Py_hash_t));
     for (int i = 0; i < L.nw; i++) size += s->q[i].cap * sizeof(Pair);
+    for (int c = 0; c < 1 + L.nf; c++) size += s->text[c].cap;
     return PyLong_FromSsize_t(size);
 }
 
@@ -741,7 +909,8 @@ static PyMethodDef state_methods[] = {
      "Score one transaction of this card, in the card's log order, and fold it in if new."},
     {"recall", (PyCFunction)state_recall, METH_O,
      "The features `txn_id` was first served with, while it is still remembered."},
-    {"to_bytes", (PyCFunction)state_to_bytes, METH_NOARGS, "The state as compact, versioned bytes."},
+    {"to_bytes", (PyCFunction)(void (*)(void))state_to_bytes, METH_FASTCALL,
+     "The state as compact, versioned bytes (after `prefix`, when given)."},
     {"from_bytes", (PyCFunction)state_from_bytes, METH_O | METH_CLASS,
      "Restore a state written by `to_bytes`; raise ValueError for anything else."},
     {"__sizeof__", (PyCFunction)state_sizeof, METH_NOARGS, NULL},

@@ -28,9 +28,13 @@ compacted lazily (amortized O(1)).
 
 Bytes (`to_bytes`): format byte, layout signature (crc32 of the declaration's primitive
 layout: a state written under another declaration is refused), max_ts, the buffer as
-little-endian int64 arrays (ts, amount, primitives), the max deques, and txn_id / merchant /
-country strings joined by NUL (the contract's id alphabet has no NUL; apply refuses one).
-Running sums, pointers and distinct counts are recomputed on load (C-speed slices).
+little-endian arrays (ts and amount int64; the primitives one column per primitive, each
+column in the narrowest of 1/2/4/8-byte signed integers that holds all its values, the widths
+in a byte each before the arrays), the max deques, and txn_id / merchant / country strings
+joined by NUL (the contract's id alphabet has no NUL; apply refuses one). Running sums,
+pointers and distinct counts are recomputed on load (C-speed slices). Format 1 (the
+primitives event by event, all int64: 184 bytes an event where format 2 takes about 60; a
+card record is written to the store and the changelog on every change) is still read.
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ from app.transactions.contract import Transaction
 
 __all__ = ["FORMAT_VERSION", "Accepted", "CardState", "Late", "Outcome", "Redelivered"]
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+#: Formats from_bytes reads: 1 (primitives all int64, event-major) and this one.
+READ_VERSIONS: Final = (1, FORMAT_VERSION)
 _HEADER: Final = struct.Struct("<BIqI")  # version, layout signature, max_ts, events
 _WINDOWS: Final = LAYOUT.windows
 _NW: Final = len(_WINDOWS)
@@ -104,6 +110,45 @@ def _le(a: array) -> bytes:
 def _pairs(n: int) -> struct.Struct:
     """Little-endian int64 pairs: a max deque of n (ts, amount) entries."""
     return struct.Struct(f"<{2 * n}q")
+
+
+#: array typecode per primitive column width in bytes (signed).
+_CODES: Final = {1: "b", 2: "h", 4: "i", 8: "q"}
+assert all(array(c).itemsize == w for w, c in _CODES.items())
+
+
+def _width(column: array) -> int:
+    """The narrowest signed width (1, 2, 4 or 8 bytes) that holds every value of `column`."""
+    if not column:
+        return 1
+    lo, hi = min(column), max(column)
+    for w in (1, 2, 4):
+        bound = 1 << (8 * w - 1)
+        if -bound <= lo and hi < bound:
+            return w
+    return 8
+
+
+def _columns(prims: array) -> tuple[bytes, bytes]:
+    """The primitives' widths (a byte each) and their columns, each at its width."""
+    cols = [prims[c::_WIDTH] for c in range(_WIDTH)]
+    widths = [_width(col) for col in cols]
+    return bytes(widths), b"".join(_le(array(_CODES[w], col)) for w, col in zip(widths, cols,
+                                                                                 strict=True))
+
+
+def _from_columns(raw: memoryview, widths: bytes, n: int) -> array:
+    """The event-major int64 primitives from their columns (`_columns`)."""
+    prims = array("q", bytes(8 * n * _WIDTH))
+    off = 0
+    for c, w in enumerate(widths):
+        col = array(_CODES[w])
+        col.frombytes(raw[off:off + w * n])
+        if sys.byteorder != "little":  # pragma: no cover - the format is little-endian
+            col.byteswap()
+        prims[c::_WIDTH] = array("q", col)
+        off += w * n
+    return prims
 
 
 def _from_le(raw: memoryview) -> array:
@@ -317,8 +362,9 @@ class CardState:
 
     # --- bytes ---------------------------------------------------------------------------------
 
-    def to_bytes(self) -> bytes:
-        """The state as compact, versioned bytes (see the module docstring for the layout)."""
+    def to_bytes(self, prefix: bytes = b"") -> bytes:
+        """The state as compact, versioned bytes (see the module docstring for the layout),
+        after `prefix` when one is given (a card record's position: one copy for the record)."""
         # Called for every card a batch changes, so it is kept to a few C calls: no copies of
         # the arrays while nothing was evicted, one pack for all max deques (their pairs are
         # contiguous in the layout, so one "<2kq" pack equals the per-deque packs joined).
@@ -332,10 +378,11 @@ class CardState:
         vals = [_SEP.join(v).encode() for v in cols]
         maxq = self._maxq
         pairs = [x for q in maxq for entry in q for x in entry]
+        widths, columns = _columns(prims)
         return b"".join((
-            _HEADER.pack(FORMAT_VERSION, LAYOUT.signature, self._max_ts if n else 0, n),
-            _LENGTHS.pack(*map(len, maxq), len(txn), *map(len, vals)),
-            _le(ts), _le(amt), _le(prims), _pairs(len(pairs) >> 1).pack(*pairs), txn, *vals,
+            prefix, _HEADER.pack(FORMAT_VERSION, LAYOUT.signature, self._max_ts if n else 0, n),
+            _LENGTHS.pack(*map(len, maxq), len(txn), *map(len, vals)), widths,
+            _le(ts), _le(amt), columns, _pairs(len(pairs) >> 1).pack(*pairs), txn, *vals,
         ))
 
     @classmethod
@@ -344,23 +391,31 @@ class CardState:
         if len(data) < _HEADER.size + _LENGTHS.size:
             raise ValueError(f"card state: {len(data)} bytes is too short")
         version, signature, max_ts, n = _HEADER.unpack_from(data)
-        if version != FORMAT_VERSION:
+        if version not in READ_VERSIONS:
             raise ValueError(f"card state: format {version} is not {FORMAT_VERSION}")
         if signature != LAYOUT.signature:
             raise ValueError("card state: written under another feature declaration; rebuild it")
         lengths = _LENGTHS.unpack_from(data, _HEADER.size)
         qlens, slens = lengths[:_NW], lengths[_NW:]
-        sizes = [8 * n, 8 * n, 8 * n * _WIDTH, *(16 * k for k in qlens), *slens]
-        if _HEADER.size + _LENGTHS.size + sum(sizes) != len(data):
+        off = _HEADER.size + _LENGTHS.size
+        if version == 1:
+            widths = bytes([8] * _WIDTH)
+        else:
+            widths = data[off:off + _WIDTH]
+            if len(widths) < _WIDTH or any(w not in _CODES for w in widths):
+                raise ValueError("card state: primitive widths are not 1, 2, 4 or 8 bytes")
+            off += _WIDTH
+        sizes = [8 * n, 8 * n, sum(widths) * n, *(16 * k for k in qlens), *slens]
+        if off + sum(sizes) != len(data):
             raise ValueError("card state: lengths do not add up (truncated or corrupt)")
         mv = memoryview(data)
-        off = _HEADER.size + _LENGTHS.size
         chunks = []
         for size in sizes:
             chunks.append(mv[off:off + size])
             off += size
         self = cls()
-        self._ts, self._amt, self._prims = (_from_le(c) for c in chunks[:3])
+        self._ts, self._amt = (_from_le(c) for c in chunks[:2])
+        self._prims = _from_le(chunks[2]) if version == 1 else _from_columns(chunks[2], widths, n)
         strings = [bytes(c).decode().split(_SEP) if n else [] for c in chunks[3 + _NW:]]
         if any(len(s) != n for s in strings):
             raise ValueError("card state: string columns do not match the event count")

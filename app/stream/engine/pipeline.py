@@ -15,7 +15,7 @@ from app.features.state import Accepted, CardState, Late, Redelivered, StreamCar
 from app.kafka import topics
 from app.kafka.records import OutRecord, SourceMessage, rejected_record
 from app.stream import metrics
-from app.stream.engine.served import encode_served
+from app.stream.engine.served import encode_served, encode_served_batch
 from app.stream.state import cardrecord
 from app.transactions.contract import ContractError, Transaction, parse_transaction
 
@@ -244,7 +244,7 @@ class TransactionPipeline:
             changed = {card_id: pending[card_id] for card_id in itertools.islice(pending, limit)}
             for card_id in changed:
                 del pending[card_id]
-        return {card_id: (c.partition, cardrecord.pack(c.partition, c.offset, c.state.to_bytes()))
+        return {card_id: (c.partition, cardrecord.record(c.partition, c.offset, c.state))
                 for card_id, c in changed.items()}
 
     def persist(self, outcome: BatchOutcome) -> None:
@@ -258,6 +258,15 @@ class TransactionPipeline:
             return _Card(StreamCardState.empty(), *cardrecord.NOWHERE)
         rec = cardrecord.unpack(raw)
         return _Card(StreamCardState.from_bytes(rec.state), rec.partition, rec.offset)
+
+
+def served_records(items: Sequence[Scored], scores: Sequence[float | None],
+                   model_version: str | None) -> list[OutRecord]:
+    """`served_record` of each item with its score (the rows encoded in one buffer)."""
+    values = encode_served_batch(items, scores, model_version)
+    topic = topics.FEATURES_SERVED
+    return [OutRecord(topic, item.txn.card_id.encode(), value, (), item.source.partition)
+            for item, value in zip(items, values, strict=True)]
 
 
 def served_record(item: Scored, *, score: float | None, model_version: str | None) -> OutRecord:

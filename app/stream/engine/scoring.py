@@ -21,7 +21,7 @@ from app.scoring.scorer import features_matrix
 from app.settings import Settings
 from app.stream import metrics
 from app.stream.engine.drift import DriftStage
-from app.stream.engine.pipeline import Scored, served_record
+from app.stream.engine.pipeline import Scored, served_records
 from app.stream.engine.shadow import ShadowStage
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,10 @@ class ScoringStage:
         explanations = self._explain(scored, matrix, scores, deciding)
         out: list[OutRecord] = []
         version = model.version
-        for i, (item, score) in enumerate(zip(scored, scores.tolist(), strict=True)):
-            out.append(served_record(item, score=score, model_version=version))
+        values = scores.tolist()
+        served = served_records(scored, values, version)
+        for i, (item, score) in enumerate(zip(scored, values, strict=True)):
+            out.append(served[i])
             entry = entries[i] if entries is not None else None
             by_rule = rules.rules[deciding[i]] if deciding is not None and deciding[i] >= 0 \
                 else None

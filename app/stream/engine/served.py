@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
 from app.features.declaration import FEATURE_NAMES
 from app.kafka.inspect import read_topic
+from app.kafka.records import SourceMessage
 from app.settings import Settings
+from app.transactions.contract import Transaction
 
 
 class ServedRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -40,7 +42,8 @@ class ServedRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return msgspec.structs.asdict(self)
 
 
-_encode: Final = msgspec.json.Encoder().encode
+_encoder: Final = msgspec.json.Encoder()
+_encode: Final = _encoder.encode
 _decode: Final = msgspec.json.Decoder(ServedRow).decode
 
 #: The served row as the score loop writes it: ServedRow's fields, `features` a struct with one
@@ -61,6 +64,44 @@ def encode_served(txn_id: str, card_id: str, ts_ms: int, partition: int, offset:
     FEATURE_NAMES order: a TypeError when there are more or fewer)."""
     return _encode(_WireRow(txn_id, card_id, ts_ms, partition, offset, _WireFeatures(*features),
                             score, model_version, redelivered, label_cut_ms))
+
+
+class ServedFields(Protocol):
+    """What a served row is written from (app.stream.engine.pipeline.Scored)."""
+
+    @property
+    def txn(self) -> Transaction: ...
+    @property
+    def source(self) -> SourceMessage: ...
+    @property
+    def features(self) -> Sequence[int | float]: ...
+    @property
+    def redelivered(self) -> bool: ...
+    @property
+    def label_cut_ms(self) -> int | None: ...
+
+
+def encode_served_batch(items: Sequence[ServedFields], scores: Sequence[float | None],
+                        model_version: str | None) -> list[bytes]:
+    """`encode_served` of each item with its score, byte for byte, written one after another
+    into one buffer and cut apart: msgspec's per-call output buffer starts small and is grown
+    by realloc several times for a row of ~1.3 kB (11 % of the scoring stage in a profile)."""
+    buf = bytearray()
+    into = _encoder.encode_into
+    ends = []
+    for item, score in zip(items, scores, strict=True):
+        txn, source = item.txn, item.source
+        into(_WireRow(txn.txn_id, txn.card_id, txn.ts_ms, source.partition, source.offset,
+                      _WireFeatures(*item.features), score, model_version, item.redelivered,
+                      item.label_cut_ms), buf, -1)
+        ends.append(len(buf))
+    view = memoryview(buf)
+    out = []
+    start = 0
+    for end in ends:
+        out.append(bytes(view[start:end]))
+        start = end
+    return out
 
 
 def decode_served(raw: bytes) -> ServedRow:

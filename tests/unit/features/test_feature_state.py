@@ -155,6 +155,63 @@ def test_from_bytes_refuses_other_formats_and_truncation(state_cls: type[CardSta
     assert state_cls.from_bytes(state_cls.empty().to_bytes()).max_ts is None
 
 
+def _format_1(state: CardState) -> bytes:
+    """What format 1 wrote for the Python `state`: every primitive an int64, event by event."""
+    h = state._head
+    ts, amt, prims = state._ts[h:], state._amt[h:], state._prims[h * LAYOUT.width:]
+    txn_ids, cols = state._txn[h:], [v[h:] for v in state._vals]
+    strings = ["\x00".join(x).encode() for x in (txn_ids, *cols)]
+    pairs = [x for q in state._maxq for entry in q for x in entry]
+    n = len(ts)
+    return b"".join((
+        struct.pack("<BIqI", 1, LAYOUT.signature, state._max_ts if n else 0, n),
+        struct.pack(f"<{len(state._maxq) + len(strings)}I", *map(len, state._maxq),
+                    *map(len, strings)),
+        ts.tobytes(), amt.tobytes(), prims.tobytes(), struct.pack(f"<{len(pairs)}q", *pairs),
+        *strings))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(card_logs(max_size=60))
+def test_a_format_1_state_is_read_and_written_again_as_format_2(log: tuple) -> None:
+    """A store written before the primitives were packed by column (format 1) is read by both
+    states; what they write back is the Python state's own format 2 bytes, and it goes on."""
+    lateness, txns, _restarts, _compact_min = log
+    py = CardState.empty()
+    for t in txns[:-1]:
+        py.apply(t, allowed_lateness_ms=lateness)
+    old = _format_1(py)
+    assert old[0] == 1
+    for cls in {CardState, CompiledCardState or CardState}:
+        restored = cls.from_bytes(old)
+        assert restored.to_bytes() == py.to_bytes()
+        assert len(restored.to_bytes()) <= len(old) + LAYOUT.width  # the widths: a byte each
+        assert repr(restored.apply(txns[-1], allowed_lateness_ms=lateness)) == repr(
+            CardState.from_bytes(py.to_bytes()).apply(txns[-1], allowed_lateness_ms=lateness))
+
+
+def test_each_primitive_column_takes_the_narrowest_width_that_holds_it(
+        state_cls: type[CardState]) -> None:
+    """Amounts at each signed-width edge: the sum and max columns widen exactly past them."""
+    header = struct.calcsize("<BIqI") + 4 * (len(LAYOUT.windows) + 1 + len(LAYOUT.distinct_fields))
+    sum_1m, max_1m = 1, 2  # window 0's count, sum, max are primitives 0, 1, 2
+    for amount, width in ((127, 1), (128, 2), (32_767, 2), (32_768, 4), (2**31 - 1, 4),
+                          (2**31, 8), (10**12, 8)):
+        state = state_cls.empty()
+        state.apply(txn(1, BASE, amount), allowed_lateness_ms=L)
+        data = state.to_bytes()
+        widths = data[header:header + LAYOUT.width]
+        assert (widths[sum_1m], widths[max_1m]) == (width, width), amount
+        assert widths[0] == 1  # the count
+        assert state_cls.from_bytes(data).to_bytes() == data
+    state = state_cls.empty()
+    state.apply(txn(1, BASE, 100), allowed_lateness_ms=L)
+    data = bytearray(state.to_bytes())
+    data[header] = 3
+    with pytest.raises(ValueError, match="widths"):
+        state_cls.from_bytes(bytes(data))
+
+
 def test_apply_refuses_nul_in_ids_and_negative_lateness(state_cls: type[CardState]) -> None:
     with pytest.raises(ValueError, match="NUL"):
         state_cls.empty().apply(txn("x\x00y", BASE), allowed_lateness_ms=L)
@@ -170,21 +227,28 @@ needs_compiled = pytest.mark.skipif(CompiledCardState is None, reason="app.featu
 @given(card_logs(max_size=150))
 def test_the_compiled_state_is_the_python_state_step_by_step(log: tuple) -> None:
     """Same outcome, bytes, length, max_ts and recall after every event; each restores the
-    other's bytes mid-log and goes on identically."""
+    other's bytes mid-log and goes on identically. A third state, serialized only at the
+    restarts and at the end, holds the compiled state's kept strings section (extended and cut
+    between snapshots, stale after an out-of-order event) to the Python bytes too."""
     assert CompiledCardState is not None
     lateness, txns, restarts, compact_min = log
-    py, c = CardState.empty(), CompiledCardState.empty()
+    py, c, lazy = CardState.empty(), CompiledCardState.empty(), CompiledCardState.empty()
     with compaction_after(compact_min):
         for i, (t, restart) in enumerate(zip(txns, restarts, strict=True)):
             assert_same(c.apply(t, allowed_lateness_ms=lateness),
                         py.apply(t, allowed_lateness_ms=lateness))
+            lazy.apply(t, allowed_lateness_ms=lateness)
             data = py.to_bytes()
             assert c.to_bytes() == data
             assert (len(c), c.max_ts) == (len(py), py.max_ts)
             probe = txns[i // 2].txn_id
             assert repr(c.recall(probe)) == repr(py.recall(probe))
             if restart:  # swap: each goes on from the other's bytes
+                assert lazy.to_bytes() == data
                 py, c = CardState.from_bytes(c.to_bytes()), CompiledCardState.from_bytes(data)
+                lazy = CompiledCardState.from_bytes(data)
+        assert lazy.to_bytes() == py.to_bytes()
+        assert c.to_bytes(b"pos") == py.to_bytes(b"pos") == b"pos" + py.to_bytes()
 
 
 @needs_compiled

@@ -16,6 +16,7 @@ from app.stream.engine.pipeline import (
     DictCards,
     TransactionPipeline,
     served_record,
+    served_records,
 )
 from app.stream.engine.served import ServedRow, decode_served, encode_served
 from app.stream.state import cardrecord
@@ -137,6 +138,20 @@ def test_the_served_encoder_writes_what_served_row_writes(
                     score, version, redelivered)
     assert encode_served(txn_id, card_id, ts_ms, 5, offset, features, score, version,
                          redelivered) == row.to_json()
+
+
+def test_a_batch_of_served_rows_is_each_row_as_served_record_writes_it(store: DictStore) -> None:
+    """One buffer for the batch, cut apart: the same records, in order, whatever the lengths."""
+    out = pipeline(store).run(msgs([txn(1, amount=250), txn(2, amount=12_345_678),
+                                    txn(3, card="c-with-a-longer-id"), txn(2)]))
+    scores = [0.5, None, 1e-300, 0.25]
+    batch = served_records(out.scored, scores, "v1")
+    assert batch == [served_record(item, score=score, model_version="v1")
+                     for item, score in zip(out.scored, scores, strict=True)]
+    assert len({len(r.value) for r in batch}) > 1
+    assert served_records([], [], "v1") == []
+    with pytest.raises(ValueError):
+        served_records(out.scored, scores[:-1], "v1")
 
 
 def test_the_served_encoder_refuses_a_vector_of_another_width() -> None:
