@@ -658,18 +658,16 @@ static inline char *put_u32(char *p, uint32_t v) { memcpy(p, &v, 4); return p + 
 /* Format 2's primitive columns: column c of events `from` .. `from + n - 1` in the narrowest
  * signed width (1, 2, 4 or 8 bytes) that holds all its values (1 when there are none). */
 static void prim_widths(const State *s, Py_ssize_t from, Py_ssize_t n, unsigned char *widths) {
-    for (int c = 0; c < L.width; c++) {
-        int64_t lo = 0, hi = 0;
-        const int64_t *v = s->prims + from * L.width + c;
-        if (n) lo = hi = v[0];
-        for (Py_ssize_t k = 1; k < n; k++) {
-            int64_t x = v[k * L.width];
-            if (x < lo) lo = x;
-            if (x > hi) hi = x;
-        }
-        widths[c] = (lo >= INT8_MIN && hi <= INT8_MAX) ? 1 : (lo >= INT16_MIN && hi <= INT16_MAX) ? 2
-                  : (lo >= INT32_MIN && hi <= INT32_MAX) ? 4 : 8;
+    /* x fits w bytes iff x ^ (x >> 63) (its magnitude bits) < 2**(8w - 1): OR them per column
+     * in one pass over the rows, branch-free */
+    uint64_t mag[MAXWIDTH] = {0};
+    const int w = L.width;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const int64_t *row = s->prims + (from + k) * w;
+        for (int c = 0; c < w; c++) mag[c] |= (uint64_t)(row[c] ^ (row[c] >> 63));
     }
+    for (int c = 0; c < w; c++)
+        widths[c] = mag[c] < 0x80 ? 1 : mag[c] < 0x8000 ? 2 : mag[c] < 0x80000000u ? 4 : 8;
 }
 
 static char *put_columns(char *p, const State *s, Py_ssize_t from, Py_ssize_t n,
