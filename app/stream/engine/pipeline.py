@@ -15,7 +15,7 @@ from app.features.state import Accepted, CardState, Late, Redelivered, StreamCar
 from app.kafka import topics
 from app.kafka.records import OutRecord, SourceMessage, rejected_record
 from app.stream import metrics
-from app.stream.engine.served import encode_served, encode_served_batch
+from app.stream.engine.served import encode_served_batch
 from app.stream.state import cardrecord
 from app.transactions.contract import ContractError, Transaction, parse_transaction
 
@@ -262,18 +262,10 @@ class TransactionPipeline:
 
 def served_records(items: Sequence[Scored], scores: Sequence[float | None],
                    model_version: str | None) -> list[OutRecord]:
-    """`served_record` of each item with its score (the rows encoded in one buffer)."""
+    """The features.served record (app.stream.engine.served.ServedRow) of each scored
+    transaction with its score, keyed by card_id: what was served, and where it came from (the
+    batch's rows encoded in one buffer)."""
     values = encode_served_batch(items, scores, model_version)
     topic = topics.FEATURES_SERVED
     return [OutRecord(topic, item.txn.card_id.encode(), value, (), item.source.partition)
             for item, value in zip(items, values, strict=True)]
-
-
-def served_record(item: Scored, *, score: float | None, model_version: str | None) -> OutRecord:
-    """The features.served record (app.stream.engine.served.ServedRow) for one scored
-    transaction, keyed by card_id: what was served, and where it came from."""
-    txn, source = item.txn, item.source
-    value = encode_served(txn.txn_id, txn.card_id, txn.ts_ms, source.partition, source.offset,
-                          item.features, score, model_version, item.redelivered,
-                          item.label_cut_ms)
-    return OutRecord(topics.FEATURES_SERVED, txn.card_id.encode(), value, (), source.partition)

@@ -15,7 +15,6 @@ from app.stream.engine.pipeline import (
     BatchOutcome,
     DictCards,
     TransactionPipeline,
-    served_record,
     served_records,
 )
 from app.stream.engine.served import ServedRow, decode_served, encode_served
@@ -106,7 +105,7 @@ def test_redelivery_rescored_with_first_features_after_restart(store: DictStore)
 
 def test_served_row_names_every_feature(store: DictStore) -> None:
     out = pipeline(store).run(msgs([txn(1, amount=250)]))
-    rec = served_record(out.scored[0], score=0.5, model_version="v1")
+    (rec,) = served_records(out.scored, [0.5], "v1")
     assert (rec.topic, rec.key, rec.source_partition) == (topics.FEATURES_SERVED, b"c1", 3)
     # the record on the wire is what audit-skew reads back
     row = decode_served(rec.value)
@@ -140,14 +139,19 @@ def test_the_served_encoder_writes_what_served_row_writes(
                          redelivered) == row.to_json()
 
 
-def test_a_batch_of_served_rows_is_each_row_as_served_record_writes_it(store: DictStore) -> None:
+def test_a_batch_of_served_rows_is_each_row_as_the_row_encoder_writes_it(
+        store: DictStore) -> None:
     """One buffer for the batch, cut apart: the same records, in order, whatever the lengths."""
     out = pipeline(store).run(msgs([txn(1, amount=250), txn(2, amount=12_345_678),
                                     txn(3, card="c-with-a-longer-id"), txn(2)]))
     scores = [0.5, None, 1e-300, 0.25]
     batch = served_records(out.scored, scores, "v1")
-    assert batch == [served_record(item, score=score, model_version="v1")
-                     for item, score in zip(out.scored, scores, strict=True)]
+    assert [r.value for r in batch] == [
+        encode_served(i.txn.txn_id, i.txn.card_id, i.txn.ts_ms, i.source.partition,
+                      i.source.offset, i.features, score, "v1", i.redelivered, i.label_cut_ms)
+        for i, score in zip(out.scored, scores, strict=True)]
+    assert [(r.topic, r.key, r.source_partition) for r in batch] == [
+        (topics.FEATURES_SERVED, i.txn.card_id.encode(), i.source.partition) for i in out.scored]
     assert len({len(r.value) for r in batch}) > 1
     assert served_records([], [], "v1") == []
     with pytest.raises(ValueError):
