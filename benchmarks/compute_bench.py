@@ -22,12 +22,24 @@ as a live worker idles between fetches (alternating with the unpaused runs, same
 log), and prints what the same work costs per event then, as a ratio to the unpaused run: on a
 shared host the work of a batch that follows an idle gap runs slower (caches and the core were
 someone else's meanwhile), whatever the code does.
+
+`--against TREE`: another checkout (its extensions built in place) runs the same log beside
+this one, each round in a fresh process per side, the order alternating, each with its own
+`one_pass`, model and collector settings: this tree's cost per event as a ratio of that one's
+in one run.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import pickle
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import click
 
@@ -39,6 +51,20 @@ from app.stream.engine.pipeline import TransactionPipeline
 from app.stream.engine.scoring import ScoringStage
 
 PARTITIONS = 8
+ROOT = Path(__file__).resolve().parents[1]
+#: One side of an `--against` round, run in the side's own tree: its one_pass on the pickled
+#: log, per batch size, as JSON (fold, score, snapshot seconds).
+_SIDE = """
+import json, pickle, sys
+from benchmarks.compute_bench import one_pass
+try:
+    from app.stream import collector
+    collector.tune()
+except ImportError:
+    pass
+lines = pickle.load(open(sys.argv[1], "rb"))
+print(json.dumps({b: one_pass(lines, int(b), int(sys.argv[3])) for b in sys.argv[2].split(",")}))
+"""
 
 
 class _Cards(dict):  # type: ignore[type-arg]
@@ -95,9 +121,14 @@ def one_pass(lines: list[bytes], batch: int, snapshot_every: int,
 @click.option("--rounds", default=3, show_default=True)
 @click.option("--pause-ms", default=0.0, show_default=True,
               help="Also run each batch size asleep this long after every batch (0: not).")
+@click.option("--against", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Another checkout run beside this one on the same log (see the module).")
 def main(txns: int, cards: int, batches: str, snapshot_every: int, rounds: int,
-         pause_ms: float) -> None:
+         pause_ms: float, against: Path | None) -> None:
     lines = lines_of(make_log(cards=cards, txns=txns, seed=5))
+    if against is not None:
+        compare(lines, against, batches, snapshot_every, rounds)
+        return
     from app.stream import collector
 
     collector.tune()  # the worker's collector thresholds (app/stream/collector.py), as it runs
@@ -123,6 +154,37 @@ def main(txns: int, cards: int, batches: str, snapshot_every: int, rounds: int,
             base = base or total
             print(f"{b:6d} {p * 1000:4.0f}ms {fold:7.1f} {score:7.1f} {snap:9.1f} {total:7.1f} "
                   f"{1e6 / total:11,.0f} ev/s {total / base:11.2f}×")
+
+
+def _side(tree: Path, log: str, batches: str, snapshot_every: int) -> dict[str, list[float]]:
+    env = {k: v for k, v in os.environ.items() if k != "FRAUDSTREAM_MODEL_DIR"}
+    env["PYTHONPATH"] = str(tree)
+    done = subprocess.run([sys.executable, "-c", _SIDE, log, batches, str(snapshot_every)],  # noqa: S603
+                          cwd=tree, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(lines: list[bytes], against: Path, batches: str, snapshot_every: int,
+            rounds: int) -> None:
+    """This tree and `against` on `lines`, `rounds` times, the order alternating."""
+    n = len(lines)
+    runs: dict[Path, list[dict[str, list[float]]]] = {ROOT: [], against: []}
+    with tempfile.NamedTemporaryFile(suffix=".pickle") as log:
+        pickle.dump(lines, log)
+        log.flush()
+        for r in range(rounds):
+            for tree in ((ROOT, against) if r % 2 == 0 else (against, ROOT)):
+                runs[tree].append(_side(tree, log.name, batches, snapshot_every))
+    print(f"{n:,} events, snapshot every {snapshot_every} events; {rounds} rounds, each side "
+          f"in its own process, the order alternating; µs per event (fold + score + snapshot):")
+    for b in batches.split(","):
+        mine = [sum(r[b]) * 1e6 / n for r in runs[ROOT]]
+        theirs = [sum(r[b]) * 1e6 / n for r in runs[against]]
+        pairs = sorted(m / t for m, t in zip(mine, theirs, strict=True))
+        print(f"  batch {b:>4s}: this {statistics.median(mine):6.1f}  against "
+              f"{statistics.median(theirs):6.1f}  ratio of medians "
+              f"{statistics.median(mine) / statistics.median(theirs):.3f}  (per round "
+              f"{', '.join(f'{p:.2f}' for p in pairs)})")
 
 
 if __name__ == "__main__":

@@ -535,7 +535,7 @@ def main(steps: str, seconds: float, raw_runs: int, raw_txns: int, raw_live: boo
     with tempfile.TemporaryDirectory() as tmp:
         backlog: list[Side] = []
         for _ in range(raw_runs):
-            r, w = backlog_pair(base, backlog_lines, Path(tmp), broker_pid)
+            r, w, _ = backlog_pair(base, backlog_lines, Path(tmp), broker_pid)
             raws.append(r)
             backlog.append(w)
             print(f"backlog: raw loop {raws[-1].rate:,.0f} ev/s ({raws[-1].cpu_us_per_event:.1f} "

@@ -240,8 +240,9 @@ def _assigned(port: int) -> bool:
                                      for name in state["partitions"])
 
 
-def measure_worker(settings: Settings, total: int, tmp: Path, broker_pid: int | None) -> Side:
-    worker = spawn_worker(settings, tmp, dispatch=False)
+def measure_worker(settings: Settings, total: int, tmp: Path, broker_pid: int | None,
+                   tree: Path | None = None) -> Side:
+    worker = spawn_worker(settings, tmp, dispatch=False, tree=tree)
     try:
         # CPU counted from the first handled message: start-up and group join are not work
         done = wait_until(lambda: handled(worker.port), timeout_s=120, interval_s=0.05,
@@ -305,19 +306,40 @@ def bench_stack() -> tuple[Settings, int | None]:
                         redis_url=base.effective_redis_url), broker_pid
 
 
-def backlog_pair(base: Settings, lines: list[bytes], tmp: Path,
-                 broker_pid: int | None) -> tuple[Side, Side]:
-    """The raw loop, then the worker, each on fresh topics pre-filled with `lines`."""
-    sides: list[Side] = []
-    for side in ("raw", "worker"):
-        settings = fresh(base, uuid.uuid4().hex[:6])
-        replay(settings, lines)
-        try:
-            sides.append(measure_raw(settings, len(lines), broker_pid) if side == "raw" else
-                         measure_worker(settings, len(lines), tmp, broker_pid))
-        finally:
-            asyncio.run(drop_topics(settings))
-    return sides[0], sides[1]
+def backlog_pair(base: Settings, lines: list[bytes], tmp: Path, broker_pid: int | None,
+                 against: Path | None = None, *, against_first: bool = False,
+                 ) -> tuple[Side, Side, Side | None]:
+    """The raw loop, then the worker (and `against`'s worker, before or after it), each on
+    fresh topics pre-filled with `lines`."""
+    trees: list[Path | None] = [None] if against is None else (
+        [against, None] if against_first else [None, against])
+    raw = _backlog_side(base, lines, lambda s: measure_raw(s, len(lines), broker_pid))
+    measured = {tree: _backlog_side(base, lines, lambda s, t=tree: measure_worker(
+        s, len(lines), tmp, broker_pid, tree=t)) for tree in trees}
+    return raw, measured[None], measured.get(against) if against is not None else None
+
+
+def _backlog_side(base: Settings, lines: list[bytes], measure: Callable[[Settings], Side]) -> Side:
+    settings = fresh(base, uuid.uuid4().hex[:6])
+    replay(settings, lines)
+    try:
+        return measure(settings)
+    finally:
+        asyncio.run(drop_topics(settings))
+
+
+def print_against(raws: list[Side], workers: list[Side], others: list[Side],
+                  against: Path | None) -> None:
+    """This worker against the other checkout's: the rate ratio per pair and overall."""
+    per_pair = sorted(w.rate / a.rate for w, a in zip(workers, others, strict=True))
+    mine = statistics.median(w.rate / r.rate for r, w in zip(raws, workers, strict=True))
+    theirs = statistics.median(a.rate / r.rate for r, a in zip(raws, others, strict=True))
+    cpu = statistics.median(w.cpu_us_per_event / a.cpu_us_per_event
+                            for w, a in zip(workers, others, strict=True))
+    print(f"against {against}: worker / against {statistics.median(per_pair):.3f} median of "
+          f"{len(per_pair)} pairs (min {per_pair[0]:.3f}, max {per_pair[-1]:.3f}); "
+          f"of the raw loop {mine:.3f} against {theirs:.3f} (ratio of medians "
+          f"{mine / theirs:.3f}); worker CPU per event {cpu:.3f}x", flush=True)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -343,25 +365,41 @@ def slo_rate(steps: Iterable[Any]) -> float:
 @click.option("--latency-seconds", default=30.0, show_default=True)
 @click.option("--docs/--no-docs", default=True, show_default=True,
               help="Write docs/benchmarks.md and its plots.")
-def main(txns: int, pairs: int, load: float, latency_seconds: float, docs: bool) -> None:
+@click.option("--against", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Another checkout (extensions built in place: `python setup.py build_ext "
+                   "--inplace` or a wheel's .so files) whose worker runs beside this one in every "
+                   "pair, on the same log, first in every other pair: this worker's rate as a "
+                   "ratio of that one's in one run.")
+def main(txns: int, pairs: int, load: float, latency_seconds: float, docs: bool,
+         against: Path | None) -> None:
     base, broker_pid = bench_stack()
     lines = lines_of(make_log(cards=max(500, txns // 20), txns=txns, seed=3))
     raws: list[Side] = []
     workers: list[Side] = []
+    others: list[Side] = []
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(pairs):
-            r, w = backlog_pair(base, lines, Path(tmp), broker_pid)
+            r, w, a = backlog_pair(base, lines, Path(tmp), broker_pid, against,
+                                   against_first=pair % 2 == 1)
             raws.append(r)
             workers.append(w)
             print(f"pair {pair + 1}: raw {r.rate:9,.0f} ev/s ({r.cpu_us_per_event:5.1f} µs CPU/ev, "
                   f"broker {r.broker_us_per_event:5.1f})   worker {w.rate:8,.0f} ev/s "
                   f"({w.cpu_us_per_event:6.1f} µs CPU/ev, broker {w.broker_us_per_event:5.1f})"
                   f"   ratio {w.rate / r.rate:.3f}", flush=True)
+            if a is not None:
+                others.append(a)
+                cpu = w.cpu_us_per_event / a.cpu_us_per_event
+                print(f"        against {a.rate:8,.0f} ev/s ({a.cpu_us_per_event:6.1f} µs CPU/ev, "
+                      f"broker {a.broker_us_per_event:5.1f})   ratio {a.rate / r.rate:.3f}   "
+                      f"worker / against {w.rate / a.rate:.3f} (CPU {cpu:.3f})", flush=True)
         ratios = sorted(w.rate / r.rate for r, w in zip(raws, workers, strict=True))
         median_worker = statistics.median(w.rate for w in workers)
         print(f"median ratio {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, max "
               f"{ratios[-1]:.3f}, {pairs} pairs); median worker {median_worker:,.0f} ev/s, "
               f"median raw {statistics.median(r.rate for r in raws):,.0f} ev/s", flush=True)
+        if others:
+            print_against(raws, workers, others, against)
 
         rate = load * median_worker
         warmup = int(rate * LATENCY_WARMUP_S)

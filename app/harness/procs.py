@@ -42,8 +42,8 @@ class Spawned(ChildProcess):
     its own PID. `port`: a worker's web port (its /debug pages)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log_path: Path,
-                 port: int | None = None) -> None:
-        super().__init__(argv, env, log_path)
+                 port: int | None = None, *, cwd: Path | None = None) -> None:
+        super().__init__(argv, env, log_path, cwd=cwd)
         self.port = port
 
     def debug(self, page: str) -> dict[str, Any]:
@@ -71,17 +71,21 @@ class Spawned(ChildProcess):
 
 def spawn_worker(settings: Settings, tmp: Path, *, name: str = "worker",
                  dispatch: bool = True, args: Sequence[str] = (),
-                 port: int | None = None) -> Spawned:
+                 port: int | None = None, tree: Path | None = None) -> Spawned:
     """Start `fraudstream worker` for `settings` on a free web port, or on `port` (a dead
     worker's: its data directory, and so its local card store, is the same) (`args`: more
-    options)."""
+    options). `tree`: another checkout's worker instead (its code, its compiled extensions
+    built in place, its shipped models), for a benchmark that runs two commits side by side."""
     port = port or free_port()
     argv = [sys.executable, "-m", "app.cli.main", "worker", "--web-port", str(port),
             "--loglevel", "INFO", "--dispatch" if dispatch else "--no-dispatch", *args]
     # the worker's data directory (worker-<port>) goes to the test's tmp dir, which pytest
     # prunes, not to the shared state directory
     env = settings_env(settings.replace(state_dir=tmp / "state"))
-    return Spawned(argv, env, tmp / f"{name}-{port}.log", port)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+        env["FRAUDSTREAM_MODEL_DIR"] = str(tree / "models")
+    return Spawned(argv, env, tmp / f"{name}-{port}.log", port, cwd=tree)
 
 
 def source_reads(worker: Spawned, topic: str) -> dict[str, int | None]:

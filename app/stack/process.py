@@ -113,12 +113,12 @@ class ChildProcess:
     (`new_session` False: Ctrl-C in our terminal reaches it too); signalled by its PID only."""
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], log_path: Path, *,
-                 new_session: bool = True) -> None:
+                 new_session: bool = True, cwd: Path | None = None) -> None:
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(  # noqa: S603 - argv is built by us, not from input
             list(argv), env=env, stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=new_session)
+            stdin=subprocess.DEVNULL, start_new_session=new_session, cwd=cwd)
 
     @property
     def pid(self) -> int:
