@@ -16,7 +16,8 @@ SETUP_LOG := $(STATE_DIR)/setup.log
 setup: $(VENV)/.installed
 
 # Quiet: one line per step here, apt's and pip's output in $(SETUP_LOG) (its tail on failure).
-$(VENV)/.installed: pyproject.toml
+# setup.py and the C sources too: an edited or new extension is built again (pip install -e)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard app/*/*.c app/*/*/*.c app/_vendor/*/*.h)
 	@mkdir -p $(STATE_DIR) && : > $(SETUP_LOG)
 	@echo "setup: system packages (details in $(SETUP_LOG))"
 	@bash scripts/system-deps.sh >>$(SETUP_LOG) 2>&1 || { tail -n 20 $(SETUP_LOG); echo "setup failed: see $(SETUP_LOG)"; exit 1; }

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import orjson
 
-from app.actions.explanation import Contribution, ExplanationError, parse_explanation
+from app.actions.explanation import (
+    Contribution,
+    ExplanationError,
+    checked_explanation,
+    parse_explanation,
+)
 from app.actions.key import ACTION_TYPES, KEY_RE, ActionType, idempotency_key
 from app.errors import FieldError, FieldErrorCode
 from app.ids import ID_PATTERN, ID_RE, ID_RULE
@@ -117,26 +123,41 @@ def make_action(
     decided_by: DecidedBy = "model",
     rule: str | None = None,
 ) -> Action:
-    """Build a validated Action, deriving its idempotency key from (type, txn_id)."""
+    """Build a validated Action, deriving its idempotency key from (type, txn_id); the
+    `explanation` is held to the rules of a parsed one (`checked_explanation`)."""
+    return make_actions((action_type,), card_id=card_id, txn_id=txn_id, ts_ms=ts_ms, score=score,
+                        model_version=model_version, decided_at_ms=decided_at_ms,
+                        explanation=explanation, decided_by=decided_by, rule=rule)[0]
+
+
+def make_actions(
+    action_types: Sequence[ActionType],
+    *,
+    card_id: str,
+    txn_id: str,
+    ts_ms: int,
+    score: float,
+    model_version: str,
+    decided_at_ms: int,
+    explanation: tuple[Contribution, ...] | None = None,
+    decided_by: DecidedBy = "model",
+    rule: str | None = None,
+) -> list[Action]:
+    """`make_action` of each type, for one decision (its explanation checked once)."""
+    checked = None
+    if explanation is not None:
+        try:
+            checked = checked_explanation(explanation)
+        except ExplanationError as exc:
+            raise ActionError("bad_format", "explanation", f"explanation: {exc}") from None
     extra: dict[str, Any] = {"decided_by": decided_by}
     if rule is not None:
         extra["rule"] = rule
-    action = _validate(
-        {
-            "idempotency_key": idempotency_key(action_type, txn_id),
-            "type": action_type,
-            "card_id": card_id,
-            "txn_id": txn_id,
-            "ts_ms": ts_ms,
-            "score": score,
-            "model_version": model_version,
-            "decided_at_ms": decided_at_ms,
-            **extra,
-        }
-    )
-    if explanation is None:
-        return action
-    return _validate({**action.to_dict(), "explanation": [c.to_dict() for c in explanation]})
+    return [_validate({"idempotency_key": idempotency_key(action_type, txn_id),
+                       "type": action_type, "card_id": card_id, "txn_id": txn_id, "ts_ms": ts_ms,
+                       "score": score, "model_version": model_version,
+                       "decided_at_ms": decided_at_ms, **extra}, checked)
+            for action_type in action_types]
 
 
 def _json_type(value: Any) -> str:
@@ -186,7 +207,9 @@ def _check_fields(obj: Any) -> None:
             raise ActionError("unknown_field", shown, f"{shown}: unknown field")
 
 
-def _validate(obj: Any) -> Action:
+def _validate(obj: Any, explanation: tuple[Contribution, ...] | None = None) -> Action:
+    """The Action `obj` says, checked field by field; `explanation`: one checked already (an
+    `explanation` in `obj` is parsed instead)."""
     # one set comparison for the usual case; the field-by-field walk only names what is wrong
     if type(obj) is not dict or not _FIELD_SET <= obj.keys() <= _FIELD_SET_ALL:
         _check_fields(obj)
@@ -221,7 +244,6 @@ def _validate(obj: Any) -> Action:
         obj, "model_version", _MODEL_VERSION_RE, "1..128 printable ASCII characters"
     )
     decided_at_ms = _timestamp(obj, "decided_at_ms")
-    explanation = None
     if "explanation" in obj:
         try:
             explanation = parse_explanation(obj["explanation"])

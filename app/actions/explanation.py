@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -38,11 +39,33 @@ def parse_explanation(obj: Any) -> tuple[Contribution, ...]:
         if not isinstance(item, dict) or item.keys() != {"name", "value", "contribution"}:
             raise ExplanationError("each item must be exactly {name, value, contribution}")
         name, value, contribution = item["name"], item["value"], item["contribution"]
-        if type(name) is not str or not _NAME_RE.fullmatch(name):
-            raise ExplanationError("name: must be 1..64 characters of [a-z0-9_]")
-        for what, number in (("value", value), ("contribution", contribution)):
-            if type(number) not in (int, float) or (type(number) is float
-                                                    and not math.isfinite(number)):
-                raise ExplanationError(f"{what}: must be a finite number")
+        _check(name, value, contribution)
         out.append(Contribution(name, value, float(contribution)))
     return tuple(out)
+
+
+def checked_explanation(items: Sequence[Contribution]) -> tuple[Contribution, ...]:
+    """Contributions built in this process (app.scoring.explain), held to the rules
+    `parse_explanation` holds a decoded one to, without a round trip through dicts."""
+    if not 1 <= len(items) <= MAX_FEATURES:
+        raise ExplanationError(f"must be a list of 1..{MAX_FEATURES} objects")
+    for item in items:
+        if type(item) is not Contribution or type(item.contribution) is not float:
+            raise ExplanationError("each item must be a Contribution with a float contribution")
+        _check(item.name, item.value, item.contribution)
+    return tuple(items)
+
+
+def _check(name: Any, value: Any, contribution: Any) -> None:
+    if type(name) is not str or not _NAME_RE.fullmatch(name):
+        raise ExplanationError("name: must be 1..64 characters of [a-z0-9_]")
+    if not _finite(value):
+        raise ExplanationError("value: must be a finite number")
+    if not _finite(contribution):
+        raise ExplanationError("contribution: must be a finite number")
+
+
+def _finite(number: Any) -> bool:
+    """An int or a finite float (a bool is neither)."""
+    kind = type(number)
+    return kind is int or (kind is float and math.isfinite(number))

@@ -100,8 +100,11 @@ class DriftMonitor:
         # one pass per edge column, counted in small ints: a [rows, series, edges] comparison
         # and its sum took 3x as long (3 % of a live worker's loop at 16k ev/s)
         counted = np.zeros(values.shape, dtype=self._count_dtype)
+        above = np.empty(values.shape, dtype=bool)
+        as_count = above.view(np.uint8)  # a bool is one byte, 0 or 1: added without a cast
         for k in range(self._edges.shape[1]):
-            counted += values >= self._edges[:, k]
+            np.greater_equal(values, self._edges[:, k], out=above)
+            np.add(counted, as_count, out=counted, casting="unsafe")
         cells = counted.astype(np.int64)
         cells += self._offsets
         for window in self.windows.values():

@@ -304,6 +304,7 @@ static PyObject *derive_fast(const int64_t *prims, int64_t amt) {
         if (!v) { Py_DECREF(out); return NULL; }
         PyTuple_SET_ITEM(out, k, v);
     }
+    PyObject_GC_UnTrack(out); /* numbers only: in no cycle (see `untracked`) */
     return out;
 }
 
@@ -1135,6 +1136,34 @@ fail:
     return NULL;
 }
 
+/* A vector of numbers only (exact ints and floats) cannot be part of a reference cycle: the
+ * collector need not track it (CPython itself untracks such a tuple, but only once a collection
+ * has scanned it: every served vector would count towards the next young collection first). */
+static PyObject *untracked(PyObject *tuple) {
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(tuple, i);
+        if (!PyLong_CheckExact(v) && !PyFloat_CheckExact(v)) return tuple;
+    }
+    if (PyObject_GC_IsTracked(tuple)) PyObject_GC_UnTrack(tuple);
+    return tuple;
+}
+
+static PyObject *joined(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "joined(card, merchant) takes two tuples");
+        return NULL;
+    }
+    Py_ssize_t a = PyTuple_GET_SIZE(args[0]), b = PyTuple_GET_SIZE(args[1]);
+    PyObject *out = PyTuple_New(a + b);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < a; i++)
+        PyTuple_SET_ITEM(out, i, Py_NewRef(PyTuple_GET_ITEM(args[0], i)));
+    for (Py_ssize_t i = 0; i < b; i++)
+        PyTuple_SET_ITEM(out, a + i, Py_NewRef(PyTuple_GET_ITEM(args[1], i)));
+    return untracked(out);
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "Hand over the layout, the outcome classes and derive (once, from app.features.state)."},
@@ -1142,6 +1171,9 @@ static PyMethodDef module_methods[] = {
      "The feature vector the state serves for (primitives, amount): vector.derive's values."},
     {"set_compact_min", set_compact_min, METH_O,
      "Evicted slots kept before compaction (tests); returns the previous value."},
+    {"joined", (PyCFunction)(void (*)(void))joined, METH_FASTCALL,
+     "joined(card, merchant): card + merchant, a tuple the collector does not track when it "
+     "holds only ints and floats (it cannot be in a cycle)."},
     {"fill_matrix", fill_matrix, METH_VARARGS,
      "Feature vectors into a float32 buffer, rounded once through double; the first "
      "non-finite row, or -1."},

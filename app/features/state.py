@@ -461,6 +461,17 @@ if _state is not None:
 CompiledCardState: type[CardState] | None = _state.CardState if _state is not None else None
 #: What the stream folds with: the compiled state when built, else CardState.
 StreamCardState: type[CardState] = CompiledCardState or CardState
+
+
+def _joined(card: tuple[Any, ...], merchant: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (*card, *merchant)
+
+
+#: A card's feature vector followed by its merchant's, as one tuple: compiled, one the garbage
+#: collector does not track (numbers only: in no cycle), one young collection fewer per ~2,000
+#: events served.
+joined: Callable[[tuple[Any, ...], tuple[Any, ...]], tuple[Any, ...]] = (
+    _state.joined if _state is not None else _joined)
 #: Feature vectors into a float32 buffer (app.scoring.scorer.features_matrix); None where the
 #: extension was not built.
 fill_matrix: Callable[[Any, Any], int] | None = _state.fill_matrix if _state is not None else None

@@ -14,10 +14,10 @@ by a few ulps and flip such a decision. The oracle reports them so comparisons c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final, Protocol
 
-from app.actions import Action, ActionType, make_action
+from app.actions import Action, ActionType, make_actions
 from app.actions.explanation import Contribution
 from app.scoring.lists import ListEntry, Ruling, rule
 
@@ -125,13 +125,8 @@ def build_actions(
     carries who decided it, and `explanation` when given."""
     value = float(score)
     decided = ruling(decide(value, thresholds), entry, deciding)
-    actions = [
-        make_action(kind, card_id=txn.card_id, txn_id=txn.txn_id, ts_ms=txn.ts_ms, score=value,
-                    model_version=model_version, decided_at_ms=decided_at_ms,
-                    decided_by=decided.decided_by, rule=decided.rule)
-        for kind in decided.types
-    ]
-    if explanation is None:
-        return actions
-    # built by app.scoring.explain (names of the declaration, finite numbers): not parsed again
-    return [replace(action, explanation=explanation) for action in actions]
+    if not decided.types:
+        return []
+    return make_actions(decided.types, card_id=txn.card_id, txn_id=txn.txn_id, ts_ms=txn.ts_ms,
+                        score=value, model_version=model_version, decided_at_ms=decided_at_ms,
+                        explanation=explanation, decided_by=decided.decided_by, rule=decided.rule)

@@ -8,8 +8,6 @@ from typing import Any, Final
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from app.drift.metrics import DRIFT_COLLECTOR  # noqa: F401 - the worker's drift families
-
 DLQ_MESSAGES: Final = Counter(
     "fraudstream_dlq_messages_total",
     "Transactions rejected to transactions.dlq, by reason code and field.",

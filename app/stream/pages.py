@@ -10,6 +10,7 @@ from typing import Any
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from app.drift.metrics import DRIFT_COLLECTOR
 from app.stream.engine.engine import ScoreEngine
 from app.stream.engine.pipeline import TransactionPipeline
 from app.stream.engine.txnsink import TransactionalSink
@@ -81,8 +82,14 @@ def _add_tasks_page(app: faust.App) -> None:
         return web.json({"tasks": tasks, "async_generators": agens})
 
 
+def metrics_page() -> bytes:
+    """The worker's /metrics: the default registry's families, then the drift families
+    (written by their collector, app.drift.metrics)."""
+    return generate_latest() + DRIFT_COLLECTOR.exposition()
+
+
 def _add_metrics_page(app: faust.App) -> None:
     @app.page("/metrics")
     async def prometheus_metrics(web: Any, request: Any) -> Any:
         # aiohttp wants the charset outside content_type
-        return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+        return web.bytes(metrics_page(), content_type=CONTENT_TYPE_LATEST.split(";")[0])

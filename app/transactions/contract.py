@@ -163,6 +163,19 @@ _STRINGS_RE: Final = re.compile("\x00".join(
     p.pattern for p in (ID_RE, ID_RE, ID_RE, _CURRENCY_RE, _COUNTRY_RE)))
 
 
+def _strings_match(txn_id: str, card_id: str, merchant_id: str, currency: str,
+                   country: str) -> bool:
+    """`_STRINGS_RE` over the five (what the compiled `strings_ok` answers)."""
+    return _STRINGS_RE.fullmatch(
+        f"{txn_id}\x00{card_id}\x00{merchant_id}\x00{currency}\x00{country}") is not None
+
+
+try:
+    from app.transactions._contract import strings_ok as _strings_ok
+except ImportError:  # pragma: no cover - exercised only where the extension was not built
+    _strings_ok = _strings_match
+
+
 def parse_transaction(raw: bytes, *, now_ms: int, max_bytes: int = DEFAULT_MAX_BYTES) -> Transaction:
     """Decode and validate one message's bytes; raise ContractError naming what is wrong."""
     if len(raw) > max_bytes:
@@ -173,9 +186,8 @@ def parse_transaction(raw: bytes, *, now_ms: int, max_bytes: int = DEFAULT_MAX_B
         txn = _decode(raw)
     except (msgspec.MsgspecError, ValueError, RecursionError):  # UnicodeDecodeError included
         return parse_checked(raw, now_ms=now_ms)
-    if (txn.ts_ms > now_ms + MAX_FUTURE_MS or not _STRINGS_RE.fullmatch(
-            f"{txn.txn_id}\x00{txn.card_id}\x00{txn.merchant_id}\x00{txn.currency}\x00"
-            f"{txn.country}")):
+    if txn.ts_ms > now_ms + MAX_FUTURE_MS or not _strings_ok(
+            txn.txn_id, txn.card_id, txn.merchant_id, txn.currency, txn.country):
         return parse_checked(raw, now_ms=now_ms)
     return txn
 

@@ -11,7 +11,7 @@ from typing import Protocol
 import msgspec
 
 from app.features.merchant import EMPTY, NO_CUT
-from app.features.state import Accepted, CardState, Late, Redelivered, StreamCardState
+from app.features.state import Accepted, CardState, Late, Redelivered, StreamCardState, joined
 from app.kafka import topics
 from app.kafka.records import OutRecord, SourceMessage, rejected_record
 from app.stream import metrics
@@ -67,9 +67,11 @@ class _NoLabels:
         return EMPTY
 
 
-class Scored(msgspec.Struct, frozen=True):
+class Scored(msgspec.Struct, frozen=True, gc=False):
     """A transaction that passed the contract and the lateness rule, with its feature vector
-    (the card's features, then the merchant's as of `label_cut_ms`)."""
+    (the card's features, then the merchant's as of `label_cut_ms`). Not tracked by the garbage
+    collector (nothing it holds can hold it: no cycle): one tracked allocation fewer an event,
+    a third of the fold's young collections."""
 
     source: SourceMessage
     txn: Transaction
@@ -163,20 +165,26 @@ class TransactionPipeline:
         cut = self.merchants.cut_ms
         merchant = self.merchants.vector
         served_cut = None if cut == NO_CUT else cut
+        # the loop runs once per event: what it calls is bound here once per batch
+        parse, lateness, max_bytes = parse_transaction, self.allowed_lateness_ms, \
+            self.max_message_bytes
+        serve, scored = Scored, out.scored.append
         for msg in batch:
             try:
-                txn = parse_transaction(msg.value, now_ms=now_ms, max_bytes=self.max_message_bytes)
+                txn = parse(msg.value, now_ms=now_ms, max_bytes=max_bytes)
             except ContractError as exc:
                 rej = exc.rejection
                 metrics.DLQ_MESSAGES.labels(rej.code, rej.field or "").inc()
                 out.records.append(rejected_record(
                     topics.TRANSACTIONS_DLQ, msg, code=rej.code, reason=rej.reason, field=rej.field))
                 continue
-            card = cards.pop(txn.card_id, None)  # re-inserted: the dict's order is recency
+            card_id = txn.card_id
+            card = cards.pop(card_id, None)  # re-inserted: the dict's order is recency
             if card is None:
-                card = self._load(txn.card_id)
-            cards[txn.card_id] = card
-            if msg.partition == card.partition and msg.offset <= card.offset:
+                card = self._load(card_id)
+            cards[card_id] = card
+            partition, offset = msg.partition, msg.offset
+            if partition == card.partition and offset <= card.offset:
                 # read again (a crash or rebalance before the offset commit): already applied.
                 # Offsets compare only within a partition: a card whose messages come keyed
                 # differently, on another partition, is not fenced there.
@@ -186,26 +194,28 @@ class TransactionPipeline:
                     out.skipped += 1
                 else:  # still remembered: serve it again, same features, same action keys
                     metrics.REDELIVERED.inc()
-                    out.scored.append(Scored(
-                        msg, txn, (*features, *merchant(txn.merchant_id, txn.ts_ms, cut)), True,
-                        served_cut))
+                    scored(serve(msg, txn, joined(features, merchant(txn.merchant_id, txn.ts_ms,
+                                                                     cut)), True, served_cut))
                 continue
-            outcome = card.state.apply(txn, allowed_lateness_ms=self.allowed_lateness_ms)
-            card.partition, card.offset = msg.partition, msg.offset
-            changed[txn.card_id] = card
-            if isinstance(outcome, Late):
+            outcome = card.state.apply(txn, allowed_lateness_ms=lateness)
+            card.partition, card.offset = partition, offset
+            changed[card_id] = card
+            kind = type(outcome)
+            if kind is Accepted:
+                scored(serve(msg, txn, joined(outcome.features, merchant(txn.merchant_id,
+                                                                         txn.ts_ms, cut)),
+                             False, served_cut))
+            elif kind is Late:
                 metrics.LATE_MESSAGES.inc()
                 out.records.append(rejected_record(
                     topics.TRANSACTIONS_LATE, msg, code="late", reason=outcome.reason))
-            elif isinstance(outcome, Redelivered):
+            elif kind is Redelivered:
                 metrics.REDELIVERED.inc()
-                out.scored.append(Scored(
-                    msg, txn, (*outcome.features, *merchant(txn.merchant_id, txn.ts_ms, cut)),
-                    True, served_cut))
-            elif isinstance(outcome, Accepted):
-                out.scored.append(Scored(
-                    msg, txn, (*outcome.features, *merchant(txn.merchant_id, txn.ts_ms, cut)),
-                    False, served_cut))
+                scored(serve(msg, txn, joined(outcome.features, merchant(txn.merchant_id,
+                                                                         txn.ts_ms, cut)),
+                             True, served_cut))
+            else:  # pragma: no cover - apply gives one of the three
+                raise TypeError(f"unexpected outcome {outcome!r}")
         if snapshot:
             out.saves = self.snapshot()
         if self.max_cached_cards and len(cards) > self.max_cached_cards:

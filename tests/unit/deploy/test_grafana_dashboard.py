@@ -119,16 +119,14 @@ def test_scrape_targets_are_the_compose_services(compose: dict) -> None:
 
 
 def _in_process_pages() -> list[str]:
-    """The worker's default registry and the action service's, built here (no network)."""
-    from prometheus_client import REGISTRY, generate_latest
-
+    """The worker's page and the action service's, built here (no network)."""
     import app.stream.metrics  # noqa: F401 - registers the worker's collectors
     from app.action_service.metrics import ServiceMetrics
     from app.scoring.metrics import PrometheusScorerMetrics
+    from app.stream.pages import metrics_page
 
     PrometheusScorerMetrics()
-    return [generate_latest(REGISTRY).decode(), ServiceMetrics().exposition().decode(),
-            _quality_page()]
+    return [metrics_page().decode(), ServiceMetrics().exposition().decode(), _quality_page()]
 
 
 def _quality_page() -> str:

@@ -239,3 +239,33 @@ def test_fast_path_leaves_each_rejection_to_the_python_validator(raw: bytes) -> 
     with pytest.raises(ContractError) as checked:
         parse_checked(raw, now_ms=NOW_MS)
     assert fast.value.rejection == checked.value.rejection
+
+
+_id_text = st.text(alphabet=st.sampled_from("aZ09_.:-\x00\"é ÿ€\U0001f600Ab"), max_size=70)
+
+
+@settings(max_examples=400, deadline=None)
+@given(strings=st.tuples(_id_text, _id_text, _id_text,
+                         st.text(alphabet="ABZaz1\x00É", max_size=4),
+                         st.text(alphabet="ABZaz1\x00É", max_size=3)))
+def test_the_compiled_string_rules_are_the_regex(strings: tuple[str, ...]) -> None:
+    """The compiled check (app/transactions/_contract.c) answers what the joined regex does,
+    lengths, NUL, non-ASCII and lower-case codes included."""
+    from app.transactions import _contract
+    from app.transactions.contract import _strings_match
+
+    assert _contract.strings_ok(*strings) is _strings_match(*strings)
+
+
+def test_the_compiled_string_rules_at_their_edges() -> None:
+    from app.transactions._contract import strings_ok
+
+    assert strings_ok("a" * 64, "B", "0_.:-", "EUR", "FR")
+    assert not strings_ok("a" * 65, "B", "m", "EUR", "FR")
+    assert not strings_ok("", "B", "m", "EUR", "FR")
+    assert not strings_ok("t", "B", "m", "EU", "FR")
+    assert not strings_ok("t", "B", "m", "EUR", "Fr")
+    assert not strings_ok("t", "B", "m", "EURO", "FR")
+    assert not strings_ok("t", b"B", "m", "EUR", "FR")  # not a str
+    with pytest.raises(TypeError):
+        strings_ok("t", "B", "m", "EUR")
