@@ -1,6 +1,6 @@
 """Actions: the Action record, idempotency keys, the retry policy and the delivery client."""
 
-from app.actions.action import Action, ActionError, make_action, make_actions
+from app.actions.action import Action, ActionError, make_action
 from app.actions.key import ACTION_TYPES, ActionType, action_fingerprint, idempotency_key
 
 __all__ = [
@@ -11,5 +11,4 @@ __all__ = [
     "action_fingerprint",
     "idempotency_key",
     "make_action",
-    "make_actions",
 ]

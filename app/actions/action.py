@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -124,26 +123,8 @@ def make_action(
     rule: str | None = None,
 ) -> Action:
     """Build a validated Action, deriving its idempotency key from (type, txn_id); the
-    `explanation` is held to the rules of a parsed one (`checked_explanation`)."""
-    return make_actions((action_type,), card_id=card_id, txn_id=txn_id, ts_ms=ts_ms, score=score,
-                        model_version=model_version, decided_at_ms=decided_at_ms,
-                        explanation=explanation, decided_by=decided_by, rule=rule)[0]
-
-
-def make_actions(
-    action_types: Sequence[ActionType],
-    *,
-    card_id: str,
-    txn_id: str,
-    ts_ms: int,
-    score: float,
-    model_version: str,
-    decided_at_ms: int,
-    explanation: tuple[Contribution, ...] | None = None,
-    decided_by: DecidedBy = "model",
-    rule: str | None = None,
-) -> list[Action]:
-    """`make_action` of each type, for one decision (its explanation checked once)."""
+    `explanation` is held to the rules of a parsed one (`checked_explanation`), without a
+    round trip through dicts."""
     checked = None
     if explanation is not None:
         try:
@@ -153,11 +134,10 @@ def make_actions(
     extra: dict[str, Any] = {"decided_by": decided_by}
     if rule is not None:
         extra["rule"] = rule
-    return [_validate({"idempotency_key": idempotency_key(action_type, txn_id),
-                       "type": action_type, "card_id": card_id, "txn_id": txn_id, "ts_ms": ts_ms,
-                       "score": score, "model_version": model_version,
-                       "decided_at_ms": decided_at_ms, **extra}, checked)
-            for action_type in action_types]
+    return _validate({"idempotency_key": idempotency_key(action_type, txn_id),
+                      "type": action_type, "card_id": card_id, "txn_id": txn_id, "ts_ms": ts_ms,
+                      "score": score, "model_version": model_version,
+                      "decided_at_ms": decided_at_ms, **extra}, checked)
 
 
 def _json_type(value: Any) -> str:

@@ -43,9 +43,11 @@ def _serve_metrics(address: tuple[str, int] | None) -> None:
         return
     from prometheus_client import start_http_server
 
+    from app.stream.pages import WorkerFamilies
+
     host, port = address
     try:
-        start_http_server(port, addr=host)
+        start_http_server(port, addr=host, registry=WorkerFamilies())
     except OSError as exc:
         raise click.ClickException(f"cannot serve metrics on {host}:{port}: {exc.strerror}; "
                                    f"pick another --metrics-listen") from None

@@ -6,6 +6,7 @@ Used unchanged by the worker (one `observe` per scored batch) and offline (`drif
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -71,6 +72,9 @@ class DriftMonitor:
                                            cells=len(series) * self._width) for w in windows}
         self._held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._held_rows = 0
+        # the worker counts on its event loop; a Prometheus listener of its own
+        # (--metrics-listen) reads the state from another thread: one at a time
+        self._lock = threading.RLock()
 
     def observe(self, matrix: np.ndarray, scores: np.ndarray, ts_ms: np.ndarray) -> None:
         """Count rows: model inputs float32 [N, F], their scores [N], event times int64 [N]
@@ -78,13 +82,18 @@ class DriftMonitor:
         n = len(ts_ms)
         if n == 0:
             return
-        self._held.append((matrix, scores, ts_ms))
-        self._held_rows += n
-        if self._held_rows >= FLUSH_ROWS:
-            self.flush()
+        with self._lock:
+            self._held.append((matrix, scores, ts_ms))
+            self._held_rows += n
+            if self._held_rows >= FLUSH_ROWS:
+                self._flush()
 
     def flush(self) -> None:
         """Count every held row now."""
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
         if not self._held:
             return
         held, self._held, self._held_rows = self._held, [], 0
@@ -112,8 +121,9 @@ class DriftMonitor:
 
     def state(self, window: str) -> WindowDrift:
         """Counts and PSI of every series over `window`."""
-        self.flush()
-        flat = self.windows[window].counts()
+        with self._lock:
+            self._flush()
+            flat = self.windows[window].counts()
         counts: dict[str, list[int]] = {}
         values: dict[str, float] = {}
         for j, (name, bins) in enumerate(zip(self.names, self._bins, strict=True)):

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from app.actions import Action, ActionType, make_actions
+from app.actions import Action, ActionType, make_action
 from app.actions.explanation import Contribution
 from app.scoring.lists import ListEntry, Ruling, rule
 
@@ -125,8 +125,7 @@ def build_actions(
     carries who decided it, and `explanation` when given."""
     value = float(score)
     decided = ruling(decide(value, thresholds), entry, deciding)
-    if not decided.types:
-        return []
-    return make_actions(decided.types, card_id=txn.card_id, txn_id=txn.txn_id, ts_ms=txn.ts_ms,
+    return [make_action(kind, card_id=txn.card_id, txn_id=txn.txn_id, ts_ms=txn.ts_ms,
                         score=value, model_version=model_version, decided_at_ms=decided_at_ms,
                         explanation=explanation, decided_by=decided.decided_by, rule=decided.rule)
+            for kind in decided.types]

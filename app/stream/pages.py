@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import faust
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from app.drift.metrics import DRIFT_COLLECTOR
 from app.stream.engine.engine import ScoreEngine
@@ -86,6 +87,15 @@ def metrics_page() -> bytes:
     """The worker's /metrics: the default registry's families, then the drift families
     (written by their collector, app.drift.metrics)."""
     return generate_latest() + DRIFT_COLLECTOR.exposition()
+
+
+class WorkerFamilies:
+    """The families of `metrics_page` as a registry (a `collect` method), for a listener of
+    prometheus_client's own (`fraudstream worker --metrics-listen`)."""
+
+    def collect(self) -> Iterator[Any]:
+        yield from REGISTRY.collect()
+        yield from DRIFT_COLLECTOR.collect()
 
 
 def _add_metrics_page(app: faust.App) -> None:

@@ -97,6 +97,17 @@ static int put_str(Buf *b, PyObject *o) {
     return 1;
 }
 
+/* `key`, then `obj.attr` by `writer`: 1 written, 0 not handled, -1 error */
+static int field(Buf *b, const char *key, PyObject *obj, PyObject *attr,
+                 int (*writer)(Buf *, PyObject *)) {
+    if (put(b, key, (Py_ssize_t)strlen(key)) < 0) return -1;
+    PyObject *value = PyObject_GetAttr(obj, attr);
+    if (!value) return -1;
+    int rc = writer(b, value);
+    Py_DECREF(value);
+    return rc;
+}
+
 #define PUT(call)                      \
     do {                               \
         if ((call) < 0) goto error;    \
@@ -137,29 +148,14 @@ static PyObject *encode_rows(PyObject *mod, PyObject *const *args, Py_ssize_t na
     for (Py_ssize_t i = 0; i < count; i++) {
         item = PySequence_Fast_GET_ITEM(items, i);
         b.len = 0;
-        PUT(LIT("{\"txn_id\":"));
         if (!(txn = PyObject_GetAttr(item, S_TXN))) goto error;
-        if (!(value = PyObject_GetAttr(txn, S_TXN_ID))) goto error;
-        TRY(put_str(&b, value));
-        Py_CLEAR(value);
-        PUT(LIT(",\"card_id\":"));
-        if (!(value = PyObject_GetAttr(txn, S_CARD_ID))) goto error;
-        TRY(put_str(&b, value));
-        Py_CLEAR(value);
-        PUT(LIT(",\"ts_ms\":"));
-        if (!(value = PyObject_GetAttr(txn, S_TS_MS))) goto error;
-        TRY(put_int(&b, value));
-        Py_CLEAR(value);
+        TRY(field(&b, "{\"txn_id\":", txn, S_TXN_ID, put_str));
+        TRY(field(&b, ",\"card_id\":", txn, S_CARD_ID, put_str));
+        TRY(field(&b, ",\"ts_ms\":", txn, S_TS_MS, put_int));
         Py_CLEAR(txn);
         if (!(source = PyObject_GetAttr(item, S_SOURCE))) goto error;
-        PUT(LIT(",\"partition\":"));
-        if (!(value = PyObject_GetAttr(source, S_PARTITION))) goto error;
-        TRY(put_int(&b, value));
-        Py_CLEAR(value);
-        PUT(LIT(",\"offset\":"));
-        if (!(value = PyObject_GetAttr(source, S_OFFSET))) goto error;
-        TRY(put_int(&b, value));
-        Py_CLEAR(value);
+        TRY(field(&b, ",\"partition\":", source, S_PARTITION, put_int));
+        TRY(field(&b, ",\"offset\":", source, S_OFFSET, put_int));
         Py_CLEAR(source);
         PUT(LIT(",\"features\":"));
         if (!(features = PyObject_GetAttr(item, S_FEATURES))) goto error;
