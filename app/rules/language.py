@@ -23,6 +23,7 @@ exact. x / 0 is ±inf (0 / 0 is NaN), and every comparison with NaN is false.
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -174,8 +175,13 @@ class _Checker:
         v = node.value
         if isinstance(v, bool):
             return "boolean", _const(v)
-        if isinstance(v, int | float) and np.isfinite(v):
-            return "number", _const(np.float64(v))  # numpy's scalar: no conversion per call
+        if isinstance(v, int | float):
+            try:
+                number = float(v)  # rules compute in doubles; an int past their range is refused
+            except OverflowError:
+                number = math.inf
+            if math.isfinite(number):
+                return "number", _const(np.float64(number))  # numpy's scalar: no conversion per call
         if isinstance(v, str):
             return "string", _const(v)
         raise _error(node, f"literal {v!r} is not a number, a string or a boolean")

@@ -35,6 +35,7 @@ BATCH = {"amount_minor": [100.0, 600_000.0, 250_000.0, 5.0],
     ("max(score, merchant_fraud_share_7d) >= 0.9", [0, 0, 0, 1]),
     ("abs(-amount_minor) == 5", [0, 0, 0, 1]),
     ("True", [1, 1, 1, 1]),
+    ("amount_minor < 999999999999999999999999999999", [1, 1, 1, 1]),  # an int past 64 bits
 ])
 def test_expressions_compute_row_by_row(text: str, want: list[int]) -> None:
     got = parse(text).mask(cols(**BATCH))
@@ -63,6 +64,8 @@ def test_nan_compares_false() -> None:
     ("[x for x in (1,)]", 1, 1, "listcomp is not part"),
     ("score > 1 if True else False", 1, 1, "ifexp is not part"),
     ("lambda: True", 1, 1, "lambda is not part"),
+    ("amount_minor > 1" + "0" * 400, 1, 16, "is not a number"),  # past a double's range
+    ("1e999 > score", 1, 1, "is not a number"),
 ])
 def test_refusals_name_the_position(text: str, line: int, column: int, fragment: str) -> None:
     with pytest.raises(RuleSyntaxError) as info:
