@@ -58,10 +58,14 @@ def test_a_zombie_worker_is_fenced_and_serves_nothing_twice(fresh_settings: Sett
         sampler.start()
         wait_until(lambda: asyncio.run(topic_sizes(settings, [served]))[served] > 3_000,
                    timeout_s=120, what="the workers to be into the log")
-        # frozen while one of its transactions holds served rows
-        for _ in range(100):
+        # frozen while one of its own transactions holds served rows: a served row goes to the
+        # partition of its source (both keyed by card, as many partitions), so an open one on
+        # the zombie's partitions is the zombie's (the other's would not make it a zombie with
+        # anything to commit: it would wake, rejoin and never try)
+        mine = {int(tp.rsplit(":", 1)[1]) for tp in source_reads(zombie, source)}
+        for _ in range(200):
             os.kill(zombie.pid, signal.SIGSTOP)
-            if asyncio.run(open_transaction_partitions(settings, served)):
+            if mine & set(asyncio.run(open_transaction_partitions(settings, served))):
                 break
             os.kill(zombie.pid, signal.SIGCONT)
             time.sleep(0.05)
