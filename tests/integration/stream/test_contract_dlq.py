@@ -26,7 +26,8 @@ def test_every_valid_message_served_every_bad_one_dead_lettered(
     lines = lines_of(log)
     counts = log.counts
     expected_code = {bad.raw: bad.code for bad in log.bad_messages}
-    worker = start_worker(fresh_settings)
+    # no action service here: a dispatching worker would retry its actions until stopped
+    worker = start_worker(fresh_settings, dispatch=False)
     sent = replay(fresh_settings, lines)
     wait_drained(fresh_settings, [worker], expected=sent)
     worker.stop()
