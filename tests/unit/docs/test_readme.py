@@ -89,3 +89,16 @@ def test_command_names_reads_groups_alternatives_and_arguments() -> None:
     assert command_names("`replay --events FILE [--rate R]`, `chaos [SCENARIO]`") == [
         "replay", "chaos"]
     assert command_names("`worker [--web-port P]`, `dispatcher`") == ["worker", "dispatcher"]
+
+def test_each_figure_runs_a_benchmark_module_that_exists() -> None:
+    """A figure's benchmark command is `python -m benchmarks.NAME` (the scripts import each other,
+    so a path does not run) and NAME is a script in benchmarks/."""
+    root = README.parent
+    commands = [span for row in table_rows(section(README.read_text(), "Figures"))
+                for span in re.findall(r"`([^`]+)`", row[3])]
+    by_path = [c for c in commands if re.search(r"(^|\s)benchmarks/\w+\.py", c)]
+    assert not by_path, f"figure commands that run a benchmark by path: {by_path}"
+    modules = [m for c in commands for m in re.findall(r"-m benchmarks\.(\w+)", c)]
+    assert modules, "no figure runs a benchmark"
+    missing = [m for m in modules if not (root / "benchmarks" / f"{m}.py").is_file()]
+    assert not missing, f"figure commands naming no script in benchmarks/: {missing}"
