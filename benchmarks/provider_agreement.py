@@ -27,6 +27,7 @@ import numpy as np
 
 from app.scoring.binding import BoundScorer
 from app.scoring.hybrid import GpuOptions, HybridScorer, hybrid
+from app.scoring.placement import cpu_only_ops
 from app.scoring.policy import Thresholds, decide, near_threshold
 from app.scoring.registry import ModelRegistry
 from app.scoring.scorer import OnnxScorer, Scorer
@@ -58,8 +59,8 @@ def variants_for(data: bytes, name: str, *, max_rows: int, graphs: bool,
                  device: str) -> tuple[dict[str, Scorer], str]:
     """The scorers to hold against the oracle, and what was found."""
     cuda, note = cuda_variants(data, max_rows=max_rows, graphs=graphs)
-    if device == "cuda" and not cuda:
-        raise SystemExit(f"--device cuda: {note}")
+    if device == "cuda" and not cuda and not cpu_only_ops(data):
+        raise SystemExit(f"--device cuda: {note}")  # a tree model scores on the CPU anywhere
     cpu = OnnxScorer(data, device="cpu")
     if cuda:
         bound = cuda.get("cuda-graph") or cuda["cuda-bound"]

@@ -93,8 +93,8 @@ def cuda_variants(data: bytes, *, max_rows: int, graphs: bool) -> tuple[dict[str
     ort.set_default_logger_severity(4)  # the failure is reported below, not as a log line
     try:
         plain = OnnxScorer(data, device="cuda")
-    except RuntimeError:
-        return {}, "CUDA absent (onnxruntime cannot load its CUDA provider here)"
+    except RuntimeError as exc:  # CUDA libraries missing, or a model CUDA cannot run whole
+        return {}, f"no CUDA variant ({exc})"
     finally:
         ort.set_default_logger_severity(2)
     out: dict[str, Scorer] = {

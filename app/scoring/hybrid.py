@@ -264,7 +264,8 @@ def build_scorer(
     "cpu": one CPU session. "auto": CUDA when onnxruntime loads it, else the CPU session alone
     (exactly as before there was a hybrid). "cuda": CUDA or RuntimeError. With CUDA the result is
     a HybridScorer over a CPU session and an IO-bound CUDA session (FRAUDSTREAM_GPU_MIN_BATCH=1
-    sends every batch to CUDA).
+    sends every batch to CUDA). A model onnxruntime cannot run whole on CUDA (a tree ensemble:
+    placement.cpu_only_ops) is the CPU session under "auto" and refused under "cuda".
     """
     options = gpu or GpuOptions()
     if device == "cpu":

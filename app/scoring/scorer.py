@@ -28,6 +28,7 @@ from app.features.declaration import FeatureValue
 from app.features.state import fill_matrix as _fill
 from app.scoring.contract import DECLARED, OUTPUT_NAME, FeatureSpec, check_io, check_metadata
 from app.scoring.metrics import ScorerMetrics
+from app.scoring.placement import cpu_only_ops
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,21 @@ def _providers(device: Device, cuda_options: Mapping[str, str] | None = None) ->
     return [(CUDA, {**_CUDA_OPTIONS, **(cuda_options or {})}), CPU]
 
 
+def _cuda_or_cpu(model: Path | bytes, device: Device, name: str) -> Device:
+    """`device`, or "cpu" when the model holds nodes onnxruntime runs on the CPU only (a tree
+    ensemble): on a CUDA session they would run on the CPU anyway, behind device copies.
+    "cuda" asked of such a model is refused (RuntimeError), naming the nodes."""
+    cpu_only = cpu_only_ops(model if isinstance(model, bytes) else Path(model).read_bytes())
+    if not cpu_only:
+        return device
+    reason = (f"onnxruntime has no CUDA kernel for its {', '.join(cpu_only)} "
+              f"node{'s' if len(cpu_only) > 1 else ''}")
+    if device == "cuda":
+        raise RuntimeError(f"model {name}: CUDA was required but {reason}")
+    log.info("model %s: scoring on the CPU: %s", name, reason)
+    return "cpu"
+
+
 class OnnxScorer:
     """One onnxruntime InferenceSession over a model whose I/O matches the feature declaration.
 
@@ -124,6 +140,8 @@ class OnnxScorer:
         source = model if isinstance(model, bytes) else str(model)
         self.name = name or (model.parent.name if isinstance(model, Path) else "in-memory")
         self.spec = spec
+        if device != "cpu":
+            device = _cuda_or_cpu(model, device, self.name)
         self.requested: tuple[str, ...] = (CPU,) if device == "cpu" else (CUDA, CPU)
         if device == "auto" and "CUDAExecutionProvider" in ort.get_available_providers():
             # Without CUDA libraries onnxruntime prints an error before falling back; the
