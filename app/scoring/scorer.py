@@ -108,11 +108,11 @@ def _providers(device: Device, cuda_options: Mapping[str, str] | None = None) ->
     return [(CUDA, {**_CUDA_OPTIONS, **(cuda_options or {})}), CPU]
 
 
-def _cuda_or_cpu(model: Path | bytes, device: Device, name: str) -> Device:
+def _cuda_or_cpu(model: bytes, device: Device, name: str) -> Device:
     """`device`, or "cpu" when the model holds nodes onnxruntime runs on the CPU only (a tree
     ensemble): on a CUDA session they would run on the CPU anyway, behind device copies.
     "cuda" asked of such a model is refused (RuntimeError), naming the nodes."""
-    cpu_only = cpu_only_ops(model if isinstance(model, bytes) else Path(model).read_bytes())
+    cpu_only = cpu_only_ops(model)
     if not cpu_only:
         return device
     reason = (f"onnxruntime has no CUDA kernel for its {', '.join(cpu_only)} "
@@ -140,8 +140,9 @@ class OnnxScorer:
         source = model if isinstance(model, bytes) else str(model)
         self.name = name or (model.parent.name if isinstance(model, Path) else "in-memory")
         self.spec = spec
-        if device != "cpu":
-            device = _cuda_or_cpu(model, device, self.name)
+        if device != "cpu":  # the bytes read once: for the node check and the session
+            source = source if isinstance(source, bytes) else Path(source).read_bytes()
+            device = _cuda_or_cpu(source, device, self.name)
         self.requested: tuple[str, ...] = (CPU,) if device == "cpu" else (CUDA, CPU)
         if device == "auto" and "CUDAExecutionProvider" in ort.get_available_providers():
             # Without CUDA libraries onnxruntime prints an error before falling back; the

@@ -165,13 +165,10 @@ class TransactionPipeline:
         cut = self.merchants.cut_ms
         merchant = self.merchants.vector
         served_cut = None if cut == NO_CUT else cut
-        # the loop runs once per event: what it calls is bound here once per batch
-        parse, lateness, max_bytes = parse_transaction, self.allowed_lateness_ms, \
-            self.max_message_bytes
-        serve, scored = Scored, out.scored.append
         for msg in batch:
             try:
-                txn = parse(msg.value, now_ms=now_ms, max_bytes=max_bytes)
+                txn = parse_transaction(msg.value, now_ms=now_ms,
+                                        max_bytes=self.max_message_bytes)
             except ContractError as exc:
                 rej = exc.rejection
                 metrics.DLQ_MESSAGES.labels(rej.code, rej.field or "").inc()
@@ -194,26 +191,24 @@ class TransactionPipeline:
                     out.skipped += 1
                 else:  # still remembered: serve it again, same features, same action keys
                     metrics.REDELIVERED.inc()
-                    scored(serve(msg, txn, joined(features, merchant(txn.merchant_id, txn.ts_ms,
-                                                                     cut)), True, served_cut))
+                    out.scored.append(Scored(msg, txn, joined(
+                        features, merchant(txn.merchant_id, txn.ts_ms, cut)), True, served_cut))
                 continue
-            outcome = card.state.apply(txn, allowed_lateness_ms=lateness)
+            outcome = card.state.apply(txn, allowed_lateness_ms=self.allowed_lateness_ms)
             card.partition, card.offset = partition, offset
             changed[card_id] = card
             kind = type(outcome)
             if kind is Accepted:
-                scored(serve(msg, txn, joined(outcome.features, merchant(txn.merchant_id,
-                                                                         txn.ts_ms, cut)),
-                             False, served_cut))
+                out.scored.append(Scored(msg, txn, joined(
+                    outcome.features, merchant(txn.merchant_id, txn.ts_ms, cut)), False, served_cut))
             elif kind is Late:
                 metrics.LATE_MESSAGES.inc()
                 out.records.append(rejected_record(
                     topics.TRANSACTIONS_LATE, msg, code="late", reason=outcome.reason))
             elif kind is Redelivered:
                 metrics.REDELIVERED.inc()
-                scored(serve(msg, txn, joined(outcome.features, merchant(txn.merchant_id,
-                                                                         txn.ts_ms, cut)),
-                             True, served_cut))
+                out.scored.append(Scored(msg, txn, joined(
+                    outcome.features, merchant(txn.merchant_id, txn.ts_ms, cut)), True, served_cut))
             else:  # pragma: no cover - apply gives one of the three
                 raise TypeError(f"unexpected outcome {outcome!r}")
         if snapshot:
